@@ -1,0 +1,180 @@
+//! `tributary bench`: a load generator that measures send throughput, send latency and how
+//! well the node shares fsyncs between sends.
+//!
+//! The binary's `main` (in `node/`) adds a `Bench(BenchArgs)` subcommand and calls
+//! [`run`] with the CLI's endpoint and output format. (This crate depends on the client, so
+//! the client's `CliCommand` cannot include it.)
+
+mod load;
+mod metrics;
+mod report;
+
+pub use report::{BenchReport, LatencyReport};
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use tokio::time::Instant;
+use tributary_client::{Client, ClientError, ErrorReason, EventData};
+
+/// Connections the producers are spread over; one HTTP/2 connection per few dozen producers
+/// keeps the client from being the bottleneck.
+const CONNECTIONS_MAX: u32 = 8;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// Partitions of the hub the bench creates (ignored with an existing --hub).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    pub partitions: u32,
+    /// Concurrent producers; producer i sends to partition i mod partitions, one send in
+    /// flight each.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub producers: u32,
+    /// Body size of each event, in bytes.
+    #[arg(long, default_value_t = 1024)]
+    pub event_size: usize,
+    /// Events per send request.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch_size: u32,
+    /// How long to send, e.g. 10s, 1m.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Event hub to send to. Without it, a fresh hub `bench-<random>` with --partitions
+    /// partitions is created. A hub the bench created (also a named one that did not exist)
+    /// is deleted afterwards unless --keep; an existing hub is never deleted.
+    #[arg(long)]
+    pub hub: Option<String>,
+    /// Keep the hub the bench created.
+    #[arg(long)]
+    pub keep: bool,
+    /// Prometheus endpoint of the node whose fsyncs to count
+    /// (`tributary_storage_fsyncs_total`); if it cannot be read, fsyncs/s is reported as
+    /// unavailable.
+    #[arg(long, default_value = "http://127.0.0.1:7402/metrics")]
+    pub metrics_url: String,
+}
+
+/// Runs the bench against the node at `endpoint` and prints the report on stdout: a table,
+/// or one JSON object if `json`. Progress notes go to stderr.
+pub async fn run(endpoint: &str, args: BenchArgs, json: bool) -> anyhow::Result<BenchReport> {
+    let connections = args.producers.min(CONNECTIONS_MAX);
+    let mut clients = Vec::with_capacity(connections as usize);
+    for _ in 0..connections {
+        clients.push(Client::connect(endpoint).await?);
+    }
+    let hub = prepare_hub(&clients[0], &args).await?;
+    eprintln!(
+        "sending to '{}' ({} partitions) from {} producers for {}...",
+        hub.name,
+        hub.partition_ids.len(),
+        args.producers,
+        humantime::format_duration(args.duration)
+    );
+
+    let fsyncs_before = read_fsyncs(&args.metrics_url).await;
+    let before_at = Instant::now();
+    let body = Bytes::from(vec![b'x'; args.event_size]);
+    let outcome = load::run(load::Load {
+        clients: clients.clone(),
+        hub: hub.name.clone(),
+        partition_ids: hub.partition_ids.clone(),
+        producers: args.producers,
+        batch: vec![EventData::from_body(body); args.batch_size as usize],
+        duration: args.duration,
+    })
+    .await;
+    let fsyncs_after = read_fsyncs(&args.metrics_url).await;
+    let metrics_window = before_at.elapsed();
+
+    if hub.created
+        && !args.keep
+        && let Err(error) = clients[0].delete_event_hub(&hub.name).await
+    {
+        eprintln!(
+            "warning: could not delete the bench hub '{}': {error}",
+            hub.name
+        );
+    }
+    let outcome =
+        outcome.with_context(|| format!("a producer failed while sending to '{}'", hub.name))?;
+
+    let fsyncs = match (fsyncs_before, fsyncs_after) {
+        (Ok(before), Ok(Some(after))) => {
+            Ok((after - before.unwrap_or(0.0), metrics_window.as_secs_f64()))
+        }
+        (Ok(_), Ok(None)) => Err(format!(
+            "{} has no {}",
+            args.metrics_url,
+            metrics::FSYNCS_METRIC
+        )),
+        (Err(error), _) | (_, Err(error)) => Err(format!("{error:#}")),
+    };
+    let report = BenchReport::from_measurements(report::Measurements {
+        hub: hub.name,
+        partitions: hub.partition_ids.len() as u32,
+        producers: args.producers,
+        event_size_bytes: args.event_size,
+        batch_size: args.batch_size,
+        elapsed_seconds: outcome.elapsed.as_secs_f64(),
+        sends: outcome.sends,
+        errors: outcome.errors,
+        latency_us: outcome.latency_us,
+        fsyncs,
+    });
+    if json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{}", report.to_table());
+    }
+    Ok(report)
+}
+
+struct BenchHub {
+    name: String,
+    partition_ids: Vec<String>,
+    /// Whether this run created it (and so may delete it).
+    created: bool,
+}
+
+async fn prepare_hub(client: &Client, args: &BenchArgs) -> anyhow::Result<BenchHub> {
+    let (name, existing) = match &args.hub {
+        None => (format!("bench-{:08x}", rand::random::<u32>()), None),
+        Some(name) => match client.get_event_hub(name).await {
+            Ok(hub) => (name.clone(), Some(hub)),
+            Err(error) if error.reason() == Some(ErrorReason::NotFound) => (name.clone(), None),
+            Err(error) => return Err(error.into()),
+        },
+    };
+    let (properties, created) = match existing {
+        Some(hub) => (hub, false),
+        None => {
+            let hub = client
+                .create_event_hub(&name, args.partitions, None)
+                .await
+                .with_context(|| format!("cannot create the bench hub '{name}'"))?;
+            (hub, true)
+        }
+    };
+    let mut partition_ids = properties.partition_ids;
+    if partition_ids.is_empty() {
+        partition_ids = (0..properties.partition_count)
+            .map(|p| p.to_string())
+            .collect();
+    }
+    if partition_ids.is_empty() {
+        return Err(
+            ClientError::InvalidArgument(format!("event hub '{name}' has no partitions")).into(),
+        );
+    }
+    Ok(BenchHub {
+        name,
+        partition_ids,
+        created,
+    })
+}
+
+/// The counter's value, `Ok(None)` if the page lacks it, `Err` if the page cannot be read.
+async fn read_fsyncs(metrics_url: &str) -> anyhow::Result<Option<f64>> {
+    metrics::fetch_counter(metrics_url, metrics::FSYNCS_METRIC).await
+}

@@ -1,0 +1,200 @@
+//! The client commands of the `tributary` binary. The binary's `main` (in `node/`) parses
+//! [`CliGlobals`] and [`CliCommand`] and calls [`run`]; errors come back as `anyhow` errors
+//! for it to print as `error: <message>`.
+//!
+//! `tributary bench` lives in the `tributary-bench` crate, which depends on this one.
+
+mod event_format;
+mod group;
+mod hub;
+mod output;
+mod receive;
+mod send;
+
+pub use group::GroupCommand;
+pub use hub::HubCommand;
+pub use receive::ReceiveArgs;
+pub use send::SendArgs;
+
+use crate::Client;
+
+/// Options shared by every client command. Flatten into the top-level parser; they are
+/// global, so they may also be given after the subcommand.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CliGlobals {
+    /// Client endpoint of any node of the cluster.
+    #[arg(
+        long,
+        env = "TRIBUTARY_ENDPOINT",
+        default_value = "http://127.0.0.1:7400",
+        global = true
+    )]
+    pub endpoint: String,
+    /// Output format: `table` for people, `json` for scripts (`receive` prints one JSON object
+    /// per event and line).
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table, global = true)]
+    pub output: OutputFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    Table,
+    Json,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum CliCommand {
+    /// Create, list, show and delete event hubs.
+    #[command(subcommand)]
+    Hub(HubCommand),
+    /// Create, list and delete consumer groups.
+    #[command(subcommand)]
+    Group(GroupCommand),
+    /// Send events to an event hub.
+    Send(SendArgs),
+    /// Print the events of one partition.
+    Receive(ReceiveArgs),
+}
+
+/// Runs one client command against `globals.endpoint`.
+pub async fn run(globals: CliGlobals, command: CliCommand) -> anyhow::Result<()> {
+    let client = Client::connect(&globals.endpoint).await?;
+    let output = globals.output;
+    match command {
+        CliCommand::Hub(command) => hub::run(&client, output, command).await,
+        CliCommand::Group(command) => group::run(&client, output, command).await,
+        CliCommand::Send(args) => send::run(&client, output, args).await,
+        CliCommand::Receive(args) => receive::run(&client, output, args).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory as _, Parser};
+
+    use super::*;
+    use crate::EventPosition;
+
+    /// Stands in for the binary's parser in `node/`.
+    #[derive(Debug, Parser)]
+    struct TestCli {
+        #[command(flatten)]
+        globals: CliGlobals,
+        #[command(subcommand)]
+        command: CliCommand,
+    }
+
+    fn parse(args: &[&str]) -> Result<TestCli, clap::Error> {
+        TestCli::try_parse_from(std::iter::once("tributary").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn parser_is_consistent() {
+        TestCli::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_the_documented_commands() {
+        let cli = parse(&[
+            "hub",
+            "create",
+            "orders",
+            "--partitions",
+            "4",
+            "--retention",
+            "24h",
+        ])
+        .unwrap();
+        let CliCommand::Hub(HubCommand::Create {
+            name,
+            partitions,
+            retention,
+        }) = cli.command
+        else {
+            panic!("expected hub create");
+        };
+        assert_eq!((name.as_str(), partitions), ("orders", 4));
+        assert_eq!(retention, Some(std::time::Duration::from_secs(86_400)));
+
+        let cli = parse(&["receive", "orders", "--partition", "0", "--output", "json"]).unwrap();
+        assert_eq!(cli.globals.output, OutputFormat::Json);
+        let CliCommand::Receive(args) = cli.command else {
+            panic!("expected receive");
+        };
+        assert_eq!(args.group, "$Default");
+        assert_eq!(args.from, EventPosition::Earliest);
+
+        let cli = parse(&[
+            "receive",
+            "orders",
+            "--partition",
+            "1",
+            "--from",
+            "seq:5",
+            "--count",
+            "3",
+            "--timeout",
+            "2s",
+        ])
+        .unwrap();
+        let CliCommand::Receive(args) = cli.command else {
+            panic!("expected receive");
+        };
+        assert_eq!(
+            args.from,
+            EventPosition::SequenceNumber {
+                sequence_number: 5,
+                inclusive: true
+            }
+        );
+        assert_eq!(args.count, Some(3));
+
+        assert!(parse(&["group", "create", "orders", "audit"]).is_ok());
+        assert!(
+            parse(&[
+                "send",
+                "orders",
+                "--count",
+                "10",
+                "--size",
+                "100",
+                "--batch-size",
+                "5"
+            ])
+            .is_ok()
+        );
+        assert!(parse(&["send", "orders", "--file", "-", "--partition-key", "k"]).is_ok());
+    }
+
+    #[test]
+    fn send_needs_exactly_one_source() {
+        assert!(parse(&["send", "orders"]).is_err());
+        assert!(parse(&["send", "orders", "--body", "x", "--file", "f"]).is_err());
+        assert!(parse(&["send", "orders", "--count", "10"]).is_err());
+        assert!(
+            parse(&[
+                "send",
+                "orders",
+                "--body",
+                "x",
+                "--partition",
+                "0",
+                "--partition-key",
+                "k"
+            ])
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn bad_position_is_reported_by_the_parser() {
+        let error =
+            parse(&["receive", "orders", "--partition", "0", "--from", "seq:x"]).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("the sequence number must be a whole number"),
+            "{error}"
+        );
+    }
+}

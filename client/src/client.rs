@@ -1,0 +1,280 @@
+//! The connection to a Tributary node and the management calls.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tonic::transport::{Channel, Endpoint};
+use tributary_proto::v1 as proto;
+use tributary_proto::v1::consumer_client::ConsumerClient as ConsumerStub;
+use tributary_proto::v1::management_client::ManagementClient as ManagementStub;
+use tributary_proto::v1::producer_client::ProducerClient as ProducerStub;
+
+use crate::{ClientError, ConsumerClient, ProducerClient};
+
+/// How long establishing a TCP connection may take before calls fail.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// HTTP/2 pings keep idle connections (e.g. a caught-up consumer) from being dropped by
+/// middleboxes, and notice dead peers.
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// A connection to one Tributary node. Cheap to clone: clones share the connection.
+#[derive(Debug, Clone)]
+pub struct Client {
+    pub(crate) channel: Channel,
+    pub(crate) endpoint: Arc<str>,
+}
+
+impl Client {
+    /// Prepares a connection to `endpoint`, e.g. `http://127.0.0.1:7400` (the scheme may be
+    /// left out). The connection is made on the first call and remade when it breaks, so an
+    /// unreachable node shows up as a [`ClientError::Transport`] from that call; a malformed
+    /// endpoint is an error here.
+    pub async fn connect(endpoint: &str) -> Result<Client, ClientError> {
+        let endpoint = normalize_endpoint(endpoint)?;
+        let channel = Endpoint::from_shared(endpoint.clone())
+            .map_err(|e| {
+                ClientError::InvalidArgument(format!(
+                    "endpoint '{endpoint}' is not a valid URL: {e}"
+                ))
+            })?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
+            .keep_alive_while_idle(true)
+            .connect_lazy();
+        Ok(Client {
+            channel,
+            endpoint: endpoint.into(),
+        })
+    }
+
+    /// The endpoint this client talks to.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// A producer sharing this client's connection.
+    pub fn producer(&self) -> ProducerClient {
+        ProducerClient::new(
+            ProducerStub::new(self.channel.clone()),
+            self.endpoint.clone(),
+        )
+    }
+
+    /// A consumer sharing this client's connection.
+    pub fn consumer(&self) -> ConsumerClient {
+        ConsumerClient::new(
+            ConsumerStub::new(self.channel.clone()),
+            self.endpoint.clone(),
+        )
+    }
+
+    /// Creates an event hub. `retention: None` takes the service default (24 h).
+    pub async fn create_event_hub(
+        &self,
+        name: &str,
+        partition_count: u32,
+        retention: Option<Duration>,
+    ) -> Result<proto::EventHubProperties, ClientError> {
+        require_name("event hub name", name)?;
+        if partition_count == 0 {
+            return Err(ClientError::InvalidArgument(
+                "an event hub needs at least one partition".into(),
+            ));
+        }
+        let retention_ms = match retention {
+            None => 0,
+            Some(retention) => match u64::try_from(retention.as_millis()) {
+                Ok(ms) if ms > 0 => ms,
+                _ => {
+                    return Err(ClientError::InvalidArgument(format!(
+                        "retention must be at least 1ms, got {}",
+                        humantime::format_duration(retention)
+                    )));
+                }
+            },
+        };
+        let request = proto::CreateEventHubRequest {
+            name: name.to_owned(),
+            partition_count,
+            retention_ms,
+        };
+        let response = self.management().create_event_hub(request).await;
+        self.unwrap(response)
+    }
+
+    /// An event hub's properties, including its partition ids.
+    pub async fn get_event_hub(
+        &self,
+        name: &str,
+    ) -> Result<proto::EventHubProperties, ClientError> {
+        require_name("event hub name", name)?;
+        let request = proto::GetEventHubRequest {
+            name: name.to_owned(),
+        };
+        let response = self.management().get_event_hub(request).await;
+        self.unwrap(response)
+    }
+
+    pub async fn list_event_hubs(&self) -> Result<Vec<proto::EventHubProperties>, ClientError> {
+        let response = self
+            .management()
+            .list_event_hubs(proto::ListEventHubsRequest {})
+            .await;
+        Ok(self.unwrap(response)?.event_hubs)
+    }
+
+    /// Deletes an event hub with its events, consumer groups and checkpoints.
+    pub async fn delete_event_hub(&self, name: &str) -> Result<(), ClientError> {
+        require_name("event hub name", name)?;
+        let request = proto::DeleteEventHubRequest {
+            name: name.to_owned(),
+        };
+        let response = self.management().delete_event_hub(request).await;
+        self.unwrap(response).map(drop)
+    }
+
+    pub async fn create_consumer_group(
+        &self,
+        event_hub: &str,
+        name: &str,
+    ) -> Result<proto::ConsumerGroupProperties, ClientError> {
+        require_name("event hub name", event_hub)?;
+        require_name("consumer group name", name)?;
+        let request = proto::CreateConsumerGroupRequest {
+            event_hub: event_hub.to_owned(),
+            name: name.to_owned(),
+        };
+        let response = self.management().create_consumer_group(request).await;
+        self.unwrap(response)
+    }
+
+    pub async fn list_consumer_groups(
+        &self,
+        event_hub: &str,
+    ) -> Result<Vec<proto::ConsumerGroupProperties>, ClientError> {
+        require_name("event hub name", event_hub)?;
+        let request = proto::ListConsumerGroupsRequest {
+            event_hub: event_hub.to_owned(),
+        };
+        let response = self.management().list_consumer_groups(request).await;
+        Ok(self.unwrap(response)?.consumer_groups)
+    }
+
+    pub async fn delete_consumer_group(
+        &self,
+        event_hub: &str,
+        name: &str,
+    ) -> Result<(), ClientError> {
+        require_name("event hub name", event_hub)?;
+        require_name("consumer group name", name)?;
+        let request = proto::DeleteConsumerGroupRequest {
+            event_hub: event_hub.to_owned(),
+            name: name.to_owned(),
+        };
+        let response = self.management().delete_consumer_group(request).await;
+        self.unwrap(response).map(drop)
+    }
+
+    /// A partition's retained range and last enqueued event.
+    pub async fn get_partition_properties(
+        &self,
+        event_hub: &str,
+        partition_id: &str,
+    ) -> Result<proto::PartitionProperties, ClientError> {
+        require_name("event hub name", event_hub)?;
+        require_name("partition id", partition_id)?;
+        let request = proto::GetPartitionPropertiesRequest {
+            event_hub: event_hub.to_owned(),
+            partition_id: partition_id.to_owned(),
+        };
+        let response = self.management().get_partition_properties(request).await;
+        self.unwrap(response)
+    }
+
+    fn management(&self) -> ManagementStub<Channel> {
+        ManagementStub::new(self.channel.clone())
+    }
+
+    fn unwrap<T>(
+        &self,
+        response: Result<tonic::Response<T>, tonic::Status>,
+    ) -> Result<T, ClientError> {
+        response
+            .map(tonic::Response::into_inner)
+            .map_err(|status| ClientError::from_status(status, &self.endpoint))
+    }
+}
+
+/// Client-side check for the mistake the service would otherwise report less clearly.
+pub(crate) fn require_name(what: &str, value: &str) -> Result<(), ClientError> {
+    if value.is_empty() {
+        return Err(ClientError::InvalidArgument(format!(
+            "the {what} must not be empty"
+        )));
+    }
+    Ok(())
+}
+
+/// Adds `http://` when no scheme is given; refuses schemes this build cannot speak.
+fn normalize_endpoint(endpoint: &str) -> Result<String, ClientError> {
+    let endpoint = endpoint.trim();
+    if endpoint.is_empty() {
+        return Err(ClientError::InvalidArgument(
+            "the endpoint must not be empty; expected e.g. http://127.0.0.1:7400".into(),
+        ));
+    }
+    match endpoint.split_once("://") {
+        None => Ok(format!("http://{endpoint}")),
+        Some(("http", _)) => Ok(endpoint.to_owned()),
+        Some(("https", _)) => Err(ClientError::InvalidArgument(format!(
+            "endpoint '{endpoint}': TLS is not supported by this client yet; use http://"
+        ))),
+        Some((scheme, _)) => Err(ClientError::InvalidArgument(format!(
+            "endpoint '{endpoint}': unsupported scheme '{scheme}'; expected http://host:port"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_get_a_scheme_and_bad_ones_are_refused() {
+        assert_eq!(
+            normalize_endpoint("127.0.0.1:7400").unwrap(),
+            "http://127.0.0.1:7400"
+        );
+        assert_eq!(
+            normalize_endpoint("http://node-0:7400").unwrap(),
+            "http://node-0:7400"
+        );
+        assert!(normalize_endpoint("").is_err());
+        assert!(normalize_endpoint("ftp://x").is_err());
+        assert!(normalize_endpoint("https://x").is_err());
+    }
+
+    #[tokio::test]
+    async fn malformed_url_is_an_error_at_connect() {
+        let error = Client::connect("http://bad host:7400").await.unwrap_err();
+        assert!(matches!(error, ClientError::InvalidArgument(_)), "{error}");
+        assert!(error.to_string().contains("not a valid URL"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn unreachable_node_is_a_transport_error() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let client = Client::connect(&format!("127.0.0.1:{port}")).await.unwrap();
+        let error = client.list_event_hubs().await.unwrap_err();
+        assert!(matches!(error, ClientError::Transport { .. }), "{error:?}");
+        assert!(
+            error.to_string().starts_with(&format!(
+                "cannot reach the Tributary node at http://127.0.0.1:{port}: "
+            )),
+            "{error}"
+        );
+    }
+}

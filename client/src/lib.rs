@@ -1,0 +1,46 @@
+//! The Rust SDK for Tributary, and the commands of the `tributary` CLI.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), tributary_client::ClientError> {
+//! use tributary_client::{Client, EventData, EventPosition, SendTarget};
+//! use futures::StreamExt;
+//!
+//! let client = Client::connect("http://127.0.0.1:7400").await?;
+//! client.create_event_hub("orders", 4, None).await?;
+//! let sent = client
+//!     .producer()
+//!     .send("orders", SendTarget::PartitionKey("customer-7".into()), [EventData::from_body("hi")])
+//!     .await?;
+//! let mut batches = client
+//!     .consumer()
+//!     .receive("orders", "$Default", &sent.partition_id, EventPosition::Earliest, 100)
+//!     .await?;
+//! while let Some(batch) = batches.next().await {
+//!     for event in batch? {
+//!         println!("{} {:?}", event.sequence_number, event.body);
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The client never depends on the server crates; it speaks only the `tributary.v1` gRPC API.
+
+pub mod cli;
+mod client;
+mod consumer;
+mod error;
+mod event;
+mod position;
+mod producer;
+mod time;
+
+pub use client::Client;
+pub use consumer::{ConsumerClient, ReceiveStream};
+pub use error::ClientError;
+pub use event::{EventData, PropertyValue, ReceivedEvent};
+pub use position::{EventPosition, ParsePositionError};
+pub use producer::{ProducerClient, SendTarget};
+pub use tributary_proto::v1::{
+    ConsumerGroupProperties, ErrorReason, EventHubProperties, PartitionProperties, SendResponse,
+};

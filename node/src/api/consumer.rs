@@ -1,0 +1,101 @@
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+use tributary_proto::v1 as pb;
+use tributary_proto::v1::consumer_server::Consumer;
+use tributary_types::DEFAULT_CONSUMER_GROUP;
+use tributary_types::limits::{RECEIVE_BATCH_EVENTS_DEFAULT, RECEIVE_BATCH_EVENTS_MAX};
+
+use crate::api::convert;
+use crate::api::error::ApiError;
+use crate::broker::Broker;
+use crate::partition::Partition;
+
+/// Batches buffered per reader stream before the reader waits for the client.
+const RECEIVE_STREAM_BATCHES_MAX: usize = 2;
+
+pub struct ConsumerService {
+    pub broker: Arc<Broker>,
+}
+
+#[tonic::async_trait]
+impl Consumer for ConsumerService {
+    type ReceiveStream = ReceiverStream<Result<pb::ReceiveResponse, Status>>;
+
+    async fn receive(
+        &self,
+        request: Request<pb::ReceiveRequest>,
+    ) -> Result<Response<Self::ReceiveStream>, Status> {
+        let req = request.into_inner();
+        let hub = self.broker.hub(&req.event_hub)?;
+        let group = if req.consumer_group.is_empty() {
+            DEFAULT_CONSUMER_GROUP
+        } else {
+            req.consumer_group.as_str()
+        };
+        self.broker.check_consumer_group(&hub, group)?;
+        let partition = self.broker.partition(&hub, &req.partition_id)?;
+        let max_batch = match req.max_batch {
+            0 => RECEIVE_BATCH_EVENTS_DEFAULT,
+            n if n > RECEIVE_BATCH_EVENTS_MAX => {
+                return Err(ApiError::invalid(format!(
+                    "max_batch {n} is over the limit of {RECEIVE_BATCH_EVENTS_MAX} events"
+                ))
+                .into());
+            }
+            n => n,
+        } as usize;
+        let position = convert::position(req.position)?;
+        let start = partition.resolve(position).map_err(ApiError::from)?;
+        let (tx, rx) = mpsc::channel(RECEIVE_STREAM_BATCHES_MAX);
+        tokio::spawn(stream_events(partition, start, max_batch, tx));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+/// Sends committed events from `next` on; when caught up, waits for the next commit.
+async fn stream_events(
+    partition: Arc<Partition>,
+    mut next: i64,
+    max_batch: usize,
+    tx: mpsc::Sender<Result<pb::ReceiveResponse, Status>>,
+) {
+    let mut progress = partition.subscribe();
+    loop {
+        progress.mark_unchanged();
+        let events = match partition.read(next, max_batch) {
+            Ok(events) => events,
+            Err(err) => {
+                let _ = tx.send(Err(ApiError::from(err).into())).await;
+                return;
+            }
+        };
+        if let Some(last) = events.last() {
+            next = last.sequence + 1;
+            let last_enqueued = partition.progress().next_sequence - 1;
+            let count = events.len() as u64;
+            let response = pb::ReceiveResponse {
+                events: events.into_iter().map(convert::received_event).collect(),
+                last_enqueued_sequence_number: last_enqueued,
+            };
+            if tx.send(Ok(response)).await.is_err() {
+                return;
+            }
+            metrics::counter!("tributary_events_out_total").increment(count);
+            continue;
+        }
+        tokio::select! {
+            changed = progress.changed() => {
+                if changed.is_err() {
+                    let _ = tx
+                        .send(Err(ApiError::not_found("the partition was closed: its event hub was deleted or the node is shutting down").into()))
+                        .await;
+                    return;
+                }
+            }
+            _ = tx.closed() => return,
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! The one conversion between protobuf messages and domain types, per type.
+
+use std::collections::HashMap;
+
+use tributary_proto::v1 as pb;
+
+use crate::api::error::ApiError;
+use crate::catalog::HubRecord;
+use crate::partition::ReadEvent;
+use crate::partition::codec::{EventRecord, Property};
+use crate::partition::position::Position;
+use crate::partition::state_machine::Progress;
+
+pub fn hub_properties(record: &HubRecord) -> pb::EventHubProperties {
+    pb::EventHubProperties {
+        name: record.name.clone(),
+        partition_count: u32::from(record.partition_count),
+        retention_ms: record.retention_ms,
+        created_at_ms: record.created_at_ms,
+        partition_ids: (0..record.partition_count).map(|p| p.to_string()).collect(),
+    }
+}
+
+pub fn partition_properties(
+    hub: &str,
+    partition_id: &str,
+    p: &Progress,
+) -> pb::PartitionProperties {
+    let empty = p.is_empty();
+    pb::PartitionProperties {
+        event_hub: hub.to_string(),
+        partition_id: partition_id.to_string(),
+        begin_sequence_number: p.begin_sequence,
+        last_enqueued_sequence_number: if p.next_sequence == 0 {
+            -1
+        } else {
+            p.next_sequence - 1
+        },
+        last_enqueued_offset: p.last_offset.to_string(),
+        last_enqueued_time_ms: p.last_time_ms,
+        is_empty: empty,
+    }
+}
+
+pub fn event_record(
+    event: pb::EventData,
+    partition_key: Option<&str>,
+) -> Result<EventRecord, ApiError> {
+    let mut properties = Vec::with_capacity(event.properties.len());
+    let mut keys: Vec<_> = event.properties.into_iter().collect();
+    keys.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, value) in keys {
+        let property = match value.value {
+            Some(pb::property_value::Value::StringValue(s)) => Property::String(s),
+            Some(pb::property_value::Value::Int64Value(i)) => Property::Int64(i),
+            Some(pb::property_value::Value::DoubleValue(d)) => Property::Double(d),
+            Some(pb::property_value::Value::BoolValue(b)) => Property::Bool(b),
+            Some(pb::property_value::Value::BytesValue(b)) => Property::Bytes(b),
+            Some(pb::property_value::Value::TimestampMs(t)) => Property::TimestampMs(t),
+            None => {
+                return Err(ApiError::invalid(format!(
+                    "property '{name}' has no value; set one of string, int64, double, bool, bytes or timestamp"
+                )));
+            }
+        };
+        properties.push((name, property));
+    }
+    Ok(EventRecord {
+        partition_key: partition_key.map(str::to_string),
+        properties,
+        body: event.body,
+    })
+}
+
+pub fn received_event(event: ReadEvent) -> pb::ReceivedEvent {
+    let properties: HashMap<String, pb::PropertyValue> = event
+        .record
+        .properties
+        .into_iter()
+        .map(|(name, value)| {
+            let value = match value {
+                Property::String(s) => pb::property_value::Value::StringValue(s),
+                Property::Int64(i) => pb::property_value::Value::Int64Value(i),
+                Property::Double(d) => pb::property_value::Value::DoubleValue(d),
+                Property::Bool(b) => pb::property_value::Value::BoolValue(b),
+                Property::Bytes(b) => pb::property_value::Value::BytesValue(b),
+                Property::TimestampMs(t) => pb::property_value::Value::TimestampMs(t),
+            };
+            (name, pb::PropertyValue { value: Some(value) })
+        })
+        .collect();
+    pb::ReceivedEvent {
+        body: event.record.body,
+        properties,
+        sequence_number: event.sequence,
+        offset: event.offset.to_string(),
+        enqueued_time_ms: event.enqueued_time_ms,
+        partition_key: event.record.partition_key.unwrap_or_default(),
+    }
+}
+
+pub fn position(position: Option<pb::EventPosition>) -> Result<Position, ApiError> {
+    let Some(position) = position else {
+        return Ok(Position::Earliest);
+    };
+    let inclusive = position.inclusive;
+    Ok(match position.kind {
+        None | Some(pb::event_position::Kind::Earliest(_)) => Position::Earliest,
+        Some(pb::event_position::Kind::Latest(_)) => Position::Latest,
+        Some(pb::event_position::Kind::Offset(offset)) => Position::Offset { offset, inclusive },
+        Some(pb::event_position::Kind::SequenceNumber(sequence)) => Position::Sequence {
+            sequence,
+            inclusive,
+        },
+        Some(pb::event_position::Kind::EnqueuedTimeMs(time_ms)) => {
+            Position::EnqueuedTime { time_ms, inclusive }
+        }
+    })
+}

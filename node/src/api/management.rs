@@ -1,0 +1,119 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use tonic::{Request, Response, Status};
+use tributary_proto::v1 as pb;
+use tributary_proto::v1::management_server::Management;
+
+use crate::api::convert;
+use crate::broker::Broker;
+
+pub struct ManagementService {
+    pub broker: Arc<Broker>,
+}
+
+#[tonic::async_trait]
+impl Management for ManagementService {
+    async fn create_event_hub(
+        &self,
+        request: Request<pb::CreateEventHubRequest>,
+    ) -> Result<Response<pb::EventHubProperties>, Status> {
+        let req = request.into_inner();
+        let retention = (req.retention_ms > 0).then(|| Duration::from_millis(req.retention_ms));
+        let record = self
+            .broker
+            .create_hub(&req.name, req.partition_count, retention)
+            .await?;
+        Ok(Response::new(convert::hub_properties(&record)))
+    }
+
+    async fn get_event_hub(
+        &self,
+        request: Request<pb::GetEventHubRequest>,
+    ) -> Result<Response<pb::EventHubProperties>, Status> {
+        let hub = self.broker.hub(&request.into_inner().name)?;
+        Ok(Response::new(convert::hub_properties(&hub.record())))
+    }
+
+    async fn list_event_hubs(
+        &self,
+        _request: Request<pb::ListEventHubsRequest>,
+    ) -> Result<Response<pb::ListEventHubsResponse>, Status> {
+        let event_hubs = self
+            .broker
+            .hub_records()
+            .iter()
+            .map(convert::hub_properties)
+            .collect();
+        Ok(Response::new(pb::ListEventHubsResponse { event_hubs }))
+    }
+
+    async fn delete_event_hub(
+        &self,
+        request: Request<pb::DeleteEventHubRequest>,
+    ) -> Result<Response<pb::DeleteEventHubResponse>, Status> {
+        self.broker.delete_hub(&request.into_inner().name).await?;
+        Ok(Response::new(pb::DeleteEventHubResponse {}))
+    }
+
+    async fn create_consumer_group(
+        &self,
+        request: Request<pb::CreateConsumerGroupRequest>,
+    ) -> Result<Response<pb::ConsumerGroupProperties>, Status> {
+        let req = request.into_inner();
+        let created_at_ms = self
+            .broker
+            .create_consumer_group(&req.event_hub, &req.name)
+            .await?;
+        Ok(Response::new(pb::ConsumerGroupProperties {
+            event_hub: req.event_hub,
+            name: req.name,
+            created_at_ms,
+        }))
+    }
+
+    async fn list_consumer_groups(
+        &self,
+        request: Request<pb::ListConsumerGroupsRequest>,
+    ) -> Result<Response<pb::ListConsumerGroupsResponse>, Status> {
+        let req = request.into_inner();
+        let record = self.broker.hub(&req.event_hub)?.record();
+        let consumer_groups = record
+            .consumer_groups
+            .iter()
+            .map(|(name, created)| pb::ConsumerGroupProperties {
+                event_hub: record.name.clone(),
+                name: name.clone(),
+                created_at_ms: *created,
+            })
+            .collect();
+        Ok(Response::new(pb::ListConsumerGroupsResponse {
+            consumer_groups,
+        }))
+    }
+
+    async fn delete_consumer_group(
+        &self,
+        request: Request<pb::DeleteConsumerGroupRequest>,
+    ) -> Result<Response<pb::DeleteConsumerGroupResponse>, Status> {
+        let req = request.into_inner();
+        self.broker
+            .delete_consumer_group(&req.event_hub, &req.name)
+            .await?;
+        Ok(Response::new(pb::DeleteConsumerGroupResponse {}))
+    }
+
+    async fn get_partition_properties(
+        &self,
+        request: Request<pb::GetPartitionPropertiesRequest>,
+    ) -> Result<Response<pb::PartitionProperties>, Status> {
+        let req = request.into_inner();
+        let hub = self.broker.hub(&req.event_hub)?;
+        let partition = self.broker.partition(&hub, &req.partition_id)?;
+        Ok(Response::new(convert::partition_properties(
+            &req.event_hub,
+            &req.partition_id,
+            &partition.progress(),
+        )))
+    }
+}

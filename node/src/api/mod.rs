@@ -1,0 +1,7 @@
+//! gRPC handlers: decode, call the broker, map errors. Protobuf types stop here.
+
+pub mod consumer;
+pub mod convert;
+pub mod error;
+pub mod management;
+pub mod producer;

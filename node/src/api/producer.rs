@@ -1,0 +1,67 @@
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+use tributary_proto::ErrorReason;
+use tributary_proto::v1 as pb;
+use tributary_proto::v1::producer_server::Producer;
+
+use crate::api::convert;
+use crate::api::error::ApiError;
+use crate::broker::{Broker, Target};
+use crate::partition::codec;
+
+pub struct ProducerService {
+    pub broker: Arc<Broker>,
+}
+
+#[tonic::async_trait]
+impl Producer for ProducerService {
+    async fn send(
+        &self,
+        request: Request<pb::SendRequest>,
+    ) -> Result<Response<pb::SendResponse>, Status> {
+        let req = request.into_inner();
+        let hub = self.broker.hub(&req.event_hub)?;
+        if req.events.is_empty() {
+            return Err(
+                ApiError::invalid("a send needs at least one event; the batch was empty").into(),
+            );
+        }
+        let target = match req.target {
+            None => Target::Any,
+            Some(pb::send_request::Target::PartitionId(id)) => Target::PartitionId(id),
+            Some(pb::send_request::Target::PartitionKey(key)) => Target::PartitionKey(key),
+        };
+        let key = match &target {
+            Target::PartitionKey(key) => Some(key.as_str()),
+            _ => None,
+        };
+        let records = req
+            .events
+            .into_iter()
+            .map(|e| convert::event_record(e, key))
+            .collect::<Result<Vec<_>, _>>()?;
+        let size_bytes = codec::encode_batch(&records).len();
+        let max = self.broker.limits.publish_bytes_max;
+        if size_bytes > max {
+            return Err(ApiError::new(
+                ErrorReason::MessageTooLarge,
+                format!("the batch is {size_bytes} bytes; the maximum publication size is {max} bytes. Send fewer or smaller events per batch"),
+            )
+            .into());
+        }
+        let partition = self.broker.route(&hub, &target)?;
+        let started = std::time::Instant::now();
+        let appended = partition.append(&records).await.map_err(ApiError::from)?;
+        metrics::histogram!("tributary_send_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
+        metrics::counter!("tributary_events_in_total").increment(records.len() as u64);
+        metrics::counter!("tributary_bytes_in_total").increment(size_bytes as u64);
+        Ok(Response::new(pb::SendResponse {
+            partition_id: partition.group.partition.0.to_string(),
+            first_sequence_number: appended.first_sequence,
+            offsets: appended.offsets.iter().map(i64::to_string).collect(),
+            enqueued_time_ms: appended.enqueued_time_ms,
+        }))
+    }
+}

@@ -1,0 +1,216 @@
+//! `tributary serve` settings: flags, then `TRIBUTARY_*` environment variables, then an
+//! optional TOML file, then defaults.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+use tributary_types::limits::{PARTITIONS_PER_HUB_MAX_DEFAULT, PUBLISH_BYTES_MAX_DEFAULT};
+
+/// Flags of `tributary serve`. Every flag can also be set through its environment variable
+/// or the TOML file given with --config (keys are the flag names with '_' for '-').
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ServeArgs {
+    /// Directory holding this node's data; created if missing.
+    /// [env: TRIBUTARY_DATA_DIR] [default: ./data]
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Address for client gRPC (producers, consumers, management).
+    /// [env: TRIBUTARY_CLIENT_ADDR] [default: 127.0.0.1:7400]
+    #[arg(long)]
+    pub client_addr: Option<SocketAddr>,
+    /// Address for HTTP: /healthz, /readyz and /metrics.
+    /// [env: TRIBUTARY_HTTP_ADDR] [default: 127.0.0.1:7402]
+    #[arg(long)]
+    pub http_addr: Option<SocketAddr>,
+    /// This node's id within its cluster. [env: TRIBUTARY_NODE_ID] [default: 1]
+    #[arg(long)]
+    pub node_id: Option<u64>,
+    /// Cluster id the data directory must belong to; a fresh directory is given this id
+    /// (random when unset). [env: TRIBUTARY_CLUSTER_ID]
+    #[arg(long)]
+    pub cluster_id: Option<String>,
+    /// Number of storage shards (redb databases, each with one group-committing writer).
+    /// [env: TRIBUTARY_STORAGE_SHARDS] [default: 1]
+    #[arg(long)]
+    pub storage_shards: Option<usize>,
+    /// Largest publication (one send's batch) in bytes. [env: TRIBUTARY_PUBLISH_BYTES_MAX]
+    /// [default: 1048576]
+    #[arg(long)]
+    pub publish_bytes_max: Option<usize>,
+    /// Most partitions one event hub may have. [env: TRIBUTARY_PARTITIONS_PER_HUB_MAX]
+    /// [default: 1024]
+    #[arg(long)]
+    pub partitions_per_hub_max: Option<u16>,
+    /// Log as JSON lines instead of human-readable text. [env: TRIBUTARY_LOG_JSON]
+    #[arg(long)]
+    pub log_json: bool,
+    /// Optional TOML file with any of the settings above. [env: TRIBUTARY_CONFIG]
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    data_dir: Option<PathBuf>,
+    client_addr: Option<SocketAddr>,
+    http_addr: Option<SocketAddr>,
+    node_id: Option<u64>,
+    cluster_id: Option<String>,
+    storage_shards: Option<usize>,
+    publish_bytes_max: Option<usize>,
+    partitions_per_hub_max: Option<u16>,
+    log_json: Option<bool>,
+}
+
+/// Validated node settings.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub data_dir: PathBuf,
+    pub client_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    pub node_id: u64,
+    pub cluster_id: Option<String>,
+    pub storage_shards: usize,
+    pub publish_bytes_max: usize,
+    pub partitions_per_hub_max: u16,
+    pub log_json: bool,
+}
+
+impl NodeConfig {
+    /// Settings for tests: everything default but the data directory and ports.
+    pub fn for_data_dir(data_dir: &Path) -> Self {
+        Self {
+            data_dir: data_dir.to_path_buf(),
+            client_addr: "127.0.0.1:0".parse().expect("valid"),
+            http_addr: "127.0.0.1:0".parse().expect("valid"),
+            node_id: 1,
+            cluster_id: None,
+            storage_shards: 1,
+            publish_bytes_max: PUBLISH_BYTES_MAX_DEFAULT,
+            partitions_per_hub_max: PARTITIONS_PER_HUB_MAX_DEFAULT,
+            log_json: false,
+        }
+    }
+}
+
+fn env<T: std::str::FromStr>(name: &str) -> anyhow::Result<Option<T>>
+where
+    T::Err: std::fmt::Display,
+{
+    match std::env::var(name) {
+        Ok(text) => text
+            .parse()
+            .map(Some)
+            .map_err(|e| anyhow::anyhow!("environment variable {name}={text:?} is invalid: {e}")),
+        Err(_) => Ok(None),
+    }
+}
+
+impl ServeArgs {
+    pub fn resolve(self) -> anyhow::Result<NodeConfig> {
+        let config_path = self.config.clone().or(env("TRIBUTARY_CONFIG")?);
+        let file: FileConfig = match &config_path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read config file {}", path.display()))?;
+                toml::from_str(&text)
+                    .with_context(|| format!("config file {} is invalid", path.display()))?
+            }
+            None => FileConfig::default(),
+        };
+        let config = NodeConfig {
+            data_dir: self
+                .data_dir
+                .or(env("TRIBUTARY_DATA_DIR")?)
+                .or(file.data_dir)
+                .unwrap_or_else(|| PathBuf::from("./data")),
+            client_addr: self
+                .client_addr
+                .or(env("TRIBUTARY_CLIENT_ADDR")?)
+                .or(file.client_addr)
+                .unwrap_or_else(|| "127.0.0.1:7400".parse().expect("valid")),
+            http_addr: self
+                .http_addr
+                .or(env("TRIBUTARY_HTTP_ADDR")?)
+                .or(file.http_addr)
+                .unwrap_or_else(|| "127.0.0.1:7402".parse().expect("valid")),
+            node_id: self
+                .node_id
+                .or(env("TRIBUTARY_NODE_ID")?)
+                .or(file.node_id)
+                .unwrap_or(1),
+            cluster_id: self
+                .cluster_id
+                .or(env("TRIBUTARY_CLUSTER_ID")?)
+                .or(file.cluster_id),
+            storage_shards: self
+                .storage_shards
+                .or(env("TRIBUTARY_STORAGE_SHARDS")?)
+                .or(file.storage_shards)
+                .unwrap_or(1),
+            publish_bytes_max: self
+                .publish_bytes_max
+                .or(env("TRIBUTARY_PUBLISH_BYTES_MAX")?)
+                .or(file.publish_bytes_max)
+                .unwrap_or(PUBLISH_BYTES_MAX_DEFAULT),
+            partitions_per_hub_max: self
+                .partitions_per_hub_max
+                .or(env("TRIBUTARY_PARTITIONS_PER_HUB_MAX")?)
+                .or(file.partitions_per_hub_max)
+                .unwrap_or(PARTITIONS_PER_HUB_MAX_DEFAULT),
+            log_json: self.log_json
+                || env::<bool>("TRIBUTARY_LOG_JSON")?.unwrap_or(false)
+                || file.log_json.unwrap_or(false),
+        };
+        if config.storage_shards == 0 || config.storage_shards > 64 {
+            bail!("--storage-shards must be between 1 and 64");
+        }
+        if config.node_id == 0 {
+            bail!("--node-id must be at least 1");
+        }
+        if config.publish_bytes_max < 1024 || config.publish_bytes_max > 64 * 1024 * 1024 {
+            bail!("--publish-bytes-max must be between 1024 and 67108864");
+        }
+        if config.partitions_per_hub_max == 0 {
+            bail!("--partitions-per-hub-max must be at least 1");
+        }
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_win_over_file_and_defaults_fill_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("t.toml");
+        std::fs::write(&file, "node_id = 7\nstorage_shards = 3\n").unwrap();
+        let args = ServeArgs {
+            storage_shards: Some(2),
+            config: Some(file),
+            ..Default::default()
+        };
+        let config = args.resolve().unwrap();
+        assert_eq!(config.storage_shards, 2);
+        assert_eq!(config.node_id, 7);
+        assert_eq!(config.client_addr.port(), 7400);
+        assert_eq!(config.data_dir, PathBuf::from("./data"));
+    }
+
+    #[test]
+    fn unknown_file_keys_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("t.toml");
+        std::fs::write(&file, "nodeid = 7\n").unwrap();
+        let args = ServeArgs {
+            config: Some(file),
+            ..Default::default()
+        };
+        assert!(args.resolve().is_err());
+    }
+}

@@ -1,0 +1,78 @@
+//! The HTTP port: `/healthz` (process alive), `/readyz` (every local partition led),
+//! `/metrics` (Prometheus text).
+
+use std::sync::{Arc, OnceLock};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::broker::Broker;
+
+/// The process-wide metrics recorder, installed once.
+pub fn metrics_handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let handle = PrometheusBuilder::new()
+                .install_recorder()
+                .expect("the metrics recorder is installed once");
+            metrics::describe_counter!(
+                "tributary_storage_fsyncs_total",
+                "Durable storage commits (each one fsync), across all shards"
+            );
+            metrics::describe_histogram!(
+                "tributary_storage_commit_batch_writes",
+                "Writes merged into one storage transaction (group commit)"
+            );
+            metrics::describe_counter!("tributary_events_in_total", "Events accepted by sends");
+            metrics::describe_counter!("tributary_bytes_in_total", "Bytes accepted by sends");
+            metrics::describe_counter!("tributary_events_out_total", "Events delivered to readers");
+            metrics::describe_histogram!(
+                "tributary_send_duration_seconds",
+                "Time from a send's arrival to its commit"
+            );
+            handle
+        })
+        .clone()
+}
+
+pub async fn serve(
+    listener: TcpListener,
+    broker: Arc<Broker>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let handle = metrics_handle();
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(move || async move { handle.render() }))
+        .with_state(broker);
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        })
+        .await;
+    if let Err(err) = result {
+        tracing::error!(%err, "HTTP server failed");
+    }
+}
+
+async fn readyz(State(broker): State<Arc<Broker>>) -> (StatusCode, String) {
+    for partition in broker.all_partitions() {
+        if !partition
+            .await_leadership(std::time::Duration::from_millis(0))
+            .await
+        {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("partition {} has no leader yet\n", partition.group),
+            );
+        }
+    }
+    (StatusCode::OK, "ready\n".to_string())
+}

@@ -1,0 +1,103 @@
+//! The data directory's identity: which cluster and node it belongs to. A node refuses to
+//! start on a directory that belongs to another cluster or node.
+
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use serde::{Deserialize, Serialize};
+
+const IDENTITY_FILE: &str = "identity.json";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    pub cluster_id: String,
+    pub node_id: u64,
+    pub format_version: u32,
+}
+
+const FORMAT_VERSION: u32 = 1;
+
+/// Reads the directory's identity, or claims an empty directory for this node. Also proves
+/// the directory is writable.
+pub fn load_or_create(
+    data_dir: &Path,
+    node_id: u64,
+    cluster_id: Option<&str>,
+) -> anyhow::Result<Identity> {
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create data directory {}", data_dir.display()))?;
+    let probe = data_dir.join(".write-probe");
+    std::fs::write(&probe, b"ok").with_context(|| {
+        format!(
+            "data directory {} is not writable; choose another with --data-dir or fix its permissions",
+            data_dir.display()
+        )
+    })?;
+    std::fs::remove_file(&probe).ok();
+    let path = data_dir.join(IDENTITY_FILE);
+    if path.exists() {
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let identity: Identity = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a valid identity file", path.display()))?;
+        if let Some(expected) = cluster_id
+            && expected != identity.cluster_id
+        {
+            bail!(
+                "data directory {} belongs to cluster '{}', not '{}'; use an empty data directory or the matching --cluster-id",
+                data_dir.display(),
+                identity.cluster_id,
+                expected
+            );
+        }
+        if identity.node_id != node_id {
+            bail!(
+                "data directory {} belongs to node {} of cluster '{}', not node {}; start with --node-id {} or use an empty data directory",
+                data_dir.display(),
+                identity.node_id,
+                identity.cluster_id,
+                node_id,
+                identity.node_id
+            );
+        }
+        if identity.format_version != FORMAT_VERSION {
+            bail!(
+                "data directory {} has format version {}, this build reads version {}",
+                data_dir.display(),
+                identity.format_version,
+                FORMAT_VERSION
+            );
+        }
+        return Ok(identity);
+    }
+    let identity = Identity {
+        cluster_id: cluster_id
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("{:016x}", rand::random::<u64>())),
+        node_id,
+        format_version: FORMAT_VERSION,
+    };
+    let tmp = data_dir.join(format!("{IDENTITY_FILE}.tmp"));
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&identity)?)?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(identity)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_another_clusters_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = load_or_create(dir.path(), 1, Some("alpha")).unwrap();
+        assert_eq!(load_or_create(dir.path(), 1, None).unwrap(), first);
+        let err = load_or_create(dir.path(), 1, Some("beta")).unwrap_err();
+        assert!(
+            err.to_string().contains("belongs to cluster 'alpha'"),
+            "{err}"
+        );
+        let err = load_or_create(dir.path(), 2, None).unwrap_err();
+        assert!(err.to_string().contains("belongs to node 1"), "{err}");
+    }
+}

@@ -1,0 +1,164 @@
+//! The `tributary` node: gRPC services over the broker, whose partitions are Raft groups
+//! on redb storage shards.
+
+pub mod api;
+pub mod broker;
+pub mod catalog;
+pub mod config;
+pub mod http;
+pub mod identity;
+pub mod partition;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+use tributary_proto::v1::consumer_server::ConsumerServer;
+use tributary_proto::v1::management_server::ManagementServer;
+use tributary_proto::v1::producer_server::ProducerServer;
+use tributary_storage::{Shard, ShardConfig};
+use tributary_types::{NodeId, SystemClock};
+
+use crate::broker::{Broker, BrokerLimits};
+use crate::config::NodeConfig;
+
+/// Room for protobuf framing around the largest publication.
+const REQUEST_OVERHEAD_BYTES: usize = 64 * 1024;
+
+/// A running node. Dropping it does not stop it: call [`Node::shutdown`].
+pub struct Node {
+    pub client_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    pub broker: Arc<Broker>,
+    shutdown: watch::Sender<bool>,
+    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    http: JoinHandle<()>,
+}
+
+impl Node {
+    /// Opens the data directory, starts every partition and binds the listeners.
+    pub async fn start(config: NodeConfig) -> anyhow::Result<Node> {
+        let identity = identity::load_or_create(
+            &config.data_dir,
+            config.node_id,
+            config.cluster_id.as_deref(),
+        )?;
+        let mut shards = Vec::new();
+        for i in 0..config.storage_shards {
+            let path = config.data_dir.join(format!("shard-{i}.redb"));
+            shards.push(
+                Shard::open(&path, ShardConfig::default())
+                    .with_context(|| format!("cannot open storage shard {}", path.display()))?,
+            );
+        }
+        let client_listener = TcpListener::bind(config.client_addr)
+            .await
+            .with_context(|| format!("cannot listen on client address {}", config.client_addr))?;
+        let http_listener = TcpListener::bind(config.http_addr)
+            .await
+            .with_context(|| format!("cannot listen on HTTP address {}", config.http_addr))?;
+        let client_addr = client_listener.local_addr()?;
+        let http_addr = http_listener.local_addr()?;
+        let broker = Arc::new(
+            Broker::open(
+                NodeId(identity.node_id),
+                client_addr.to_string(),
+                shards,
+                Arc::new(SystemClock),
+                BrokerLimits {
+                    partitions_per_hub_max: config.partitions_per_hub_max,
+                    publish_bytes_max: config.publish_bytes_max,
+                },
+            )
+            .await?,
+        );
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let request_bytes_max = config.publish_bytes_max * 2 + REQUEST_OVERHEAD_BYTES;
+        let server = tonic::transport::Server::builder()
+            .add_service(
+                ManagementServer::new(api::management::ManagementService {
+                    broker: broker.clone(),
+                })
+                .max_decoding_message_size(REQUEST_OVERHEAD_BYTES),
+            )
+            .add_service(
+                ProducerServer::new(api::producer::ProducerService {
+                    broker: broker.clone(),
+                })
+                .max_decoding_message_size(request_bytes_max),
+            )
+            .add_service(
+                ConsumerServer::new(api::consumer::ConsumerService {
+                    broker: broker.clone(),
+                })
+                .max_decoding_message_size(REQUEST_OVERHEAD_BYTES),
+            );
+        let mut server_shutdown = shutdown_rx.clone();
+        let server = tokio::spawn(server.serve_with_incoming_shutdown(
+            TcpListenerStream::new(client_listener),
+            async move {
+                let _ = server_shutdown.wait_for(|stop| *stop).await;
+            },
+        ));
+        let http = tokio::spawn(http::serve(http_listener, broker.clone(), shutdown_rx));
+        tracing::info!(
+            %client_addr,
+            %http_addr,
+            node_id = identity.node_id,
+            cluster_id = %identity.cluster_id,
+            data_dir = %config.data_dir.display(),
+            "tributary node started"
+        );
+        Ok(Node {
+            client_addr,
+            http_addr,
+            broker,
+            shutdown,
+            server,
+            http,
+        })
+    }
+
+    /// Stops accepting, lets in-flight requests finish, stops every group and flushes.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        let _ = self.shutdown.send(true);
+        // Open receive streams never end by themselves: close the partitions first so
+        // they finish, then wait for the server to drain.
+        self.broker.shutdown().await;
+        self.server.await??;
+        self.http.await?;
+        tracing::info!("tributary node stopped");
+        Ok(())
+    }
+}
+
+/// `tributary serve`: runs a node until SIGTERM or SIGINT, then shuts down cleanly.
+pub async fn serve_until_signal(args: config::ServeArgs) -> anyhow::Result<()> {
+    let config = args.resolve()?;
+    init_logging(config.log_json);
+    http::metrics_handle();
+    let node = Node::start(config).await?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, shutting down"),
+        _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
+    }
+    node.shutdown().await
+}
+
+fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TRIBUTARY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

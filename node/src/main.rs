@@ -1,0 +1,49 @@
+//! The one `tributary` binary: `serve` runs a node; the other subcommands are the CLI.
+
+use clap::{Parser, Subcommand};
+use tributary::config::ServeArgs;
+use tributary_client::cli::{CliCommand, CliGlobals};
+
+/// Tributary: a self-hosted event streaming cluster with Event Hubs semantics.
+#[derive(Parser)]
+#[command(name = "tributary", version, about)]
+struct Args {
+    #[command(flatten)]
+    globals: CliGlobals,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a node (the default when no subcommand is given).
+    Serve(ServeArgs),
+    /// Measure send throughput and latency against a running node.
+    Bench(tributary_bench::BenchArgs),
+    #[command(flatten)]
+    Cli(CliCommand),
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime starts");
+    let result = runtime.block_on(async move {
+        match args.command.unwrap_or(Command::Serve(ServeArgs::default())) {
+            Command::Serve(serve) => tributary::serve_until_signal(serve).await,
+            Command::Bench(bench) => {
+                let json = args.globals.output == tributary_client::cli::OutputFormat::Json;
+                tributary_bench::run(&args.globals.endpoint, bench, json)
+                    .await
+                    .map(|_| ())
+            }
+            Command::Cli(cmd) => tributary_client::cli::run(args.globals, cmd).await,
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! A partition: one Raft group whose log is the partition's data.
+
+pub mod codec;
+pub mod position;
+pub mod state_machine;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Semaphore, watch};
+use tributary_raft::openraft_api::{BasicNode, ClientWriteError, RaftError};
+use tributary_raft::{
+    AppendBatch, LogStore, NetworkFactory, PeerRouter, Proposal, ProposalResult, Raft,
+    decode_entry, group_config,
+};
+use tributary_storage::Shard;
+use tributary_types::{Clock, GroupId, MonotonicStamp, NodeId};
+
+use codec::EventRecord;
+use position::{Lookup, Position, PositionError};
+use state_machine::{PartitionStateMachine, Progress};
+
+/// Sends waiting in one partition at most; more are refused with "server busy".
+pub const PARTITION_INFLIGHT_SENDS_MAX: usize = 4096;
+/// How long a send waits for a leader to be elected (after a restart) before giving up.
+const LEADER_WAIT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum PartitionError {
+    #[error("this node is not the partition's leader")]
+    NotLeader { leader: Option<NodeId> },
+    #[error("too many sends are waiting for this partition")]
+    Busy,
+    #[error("the partition has no leader yet; try again shortly")]
+    NoLeader,
+    #[error("the partition is closed")]
+    Closed,
+    #[error("{0}")]
+    Position(#[from] PositionError),
+    #[error("storage failure: {0}")]
+    Storage(String),
+}
+
+/// What a committed append was assigned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appended {
+    pub first_sequence: i64,
+    pub offsets: Vec<i64>,
+    pub enqueued_time_ms: i64,
+}
+
+/// A committed event as read back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadEvent {
+    pub sequence: i64,
+    pub offset: i64,
+    pub enqueued_time_ms: i64,
+    pub record: EventRecord,
+}
+
+pub struct Partition {
+    pub group: GroupId,
+    node_id: NodeId,
+    raft: Raft<PartitionStateMachine>,
+    progress: watch::Receiver<Progress>,
+    shard: Shard,
+    stamp: Mutex<MonotonicStamp>,
+    clock: Arc<dyn Clock>,
+    inflight: Semaphore,
+}
+
+impl std::fmt::Debug for Partition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Partition")
+            .field("group", &self.group)
+            .finish()
+    }
+}
+
+fn storage(err: impl std::fmt::Display) -> PartitionError {
+    PartitionError::Storage(err.to_string())
+}
+
+impl Partition {
+    /// Starts the partition's Raft group; a group that has never run is initialized with
+    /// this node as its only voter.
+    pub async fn open(
+        group: GroupId,
+        shard: Shard,
+        node_id: NodeId,
+        node_addr: &str,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Partition, PartitionError> {
+        let (state_machine, progress) =
+            PartitionStateMachine::open(group, shard.clone()).map_err(storage)?;
+        let log_store = LogStore::new(group, shard.clone());
+        let network = NetworkFactory::new(PeerRouter::default(), group);
+        let raft = Raft::new(
+            node_id.0,
+            group_config("tributary"),
+            network,
+            log_store,
+            state_machine,
+        )
+        .await
+        .map_err(storage)?;
+        if !raft.is_initialized().await.map_err(storage)? {
+            let members = BTreeMap::from([(node_id.0, BasicNode::new(node_addr))]);
+            raft.initialize(members).await.map_err(storage)?;
+        }
+        let floor = progress.borrow().last_time_ms;
+        Ok(Partition {
+            group,
+            node_id,
+            raft,
+            progress,
+            shard,
+            stamp: Mutex::new(MonotonicStamp::new(floor)),
+            clock,
+            inflight: Semaphore::new(PARTITION_INFLIGHT_SENDS_MAX),
+        })
+    }
+
+    pub fn progress(&self) -> Progress {
+        *self.progress.borrow()
+    }
+
+    /// Follows the partition's committed progress; the sender closes when the partition does.
+    pub fn subscribe(&self) -> watch::Receiver<Progress> {
+        self.progress.clone()
+    }
+
+    /// Appends a batch atomically as one Raft entry; returns once it is committed and applied.
+    pub async fn append(&self, records: &[EventRecord]) -> Result<Appended, PartitionError> {
+        let _permit = self
+            .inflight
+            .try_acquire()
+            .map_err(|_| PartitionError::Busy)?;
+        let events = codec::encode_batch(records);
+        let positions = codec::frame_positions(&events).map_err(storage)?;
+        let enqueued_time_ms = {
+            let mut stamp = self.stamp.lock().expect("stamp lock poisoned");
+            stamp.stamp(self.clock.now_ms())
+        };
+        let proposal = Proposal::Append(AppendBatch {
+            enqueued_time_ms,
+            event_count: records.len() as u32,
+            events,
+        });
+        let response = match self.raft.client_write(proposal.clone()).await {
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))
+                if forward.leader_id.is_none() =>
+            {
+                // Just restarted: wait for the election, then try once more.
+                self.wait_for_leader().await?;
+                self.raft.client_write(proposal).await
+            }
+            other => other,
+        };
+        let response = response.map_err(|err| match err {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => {
+                PartitionError::NotLeader {
+                    leader: forward.leader_id.map(NodeId),
+                }
+            }
+            RaftError::APIError(other) => storage(other),
+            RaftError::Fatal(fatal) => storage(fatal),
+        })?;
+        match response.data {
+            ProposalResult::Appended(outcome) => Ok(Appended {
+                first_sequence: outcome.first_sequence,
+                offsets: positions
+                    .iter()
+                    .map(|p| outcome.first_offset + *p as i64)
+                    .collect(),
+                enqueued_time_ms: outcome.enqueued_time_ms,
+            }),
+            ProposalResult::None => Err(storage("append entry applied without a result")),
+        }
+    }
+
+    async fn wait_for_leader(&self) -> Result<(), PartitionError> {
+        self.raft
+            .wait(Some(LEADER_WAIT))
+            .current_leader(self.node_id.0, "partition leader elected")
+            .await
+            .map(|_| ())
+            .map_err(|_| PartitionError::NoLeader)
+    }
+
+    /// Waits until this node leads the partition (startup and readiness).
+    pub async fn await_leadership(&self, timeout: Duration) -> bool {
+        self.raft
+            .wait(Some(timeout))
+            .current_leader(self.node_id.0, "partition leader elected")
+            .await
+            .is_ok()
+    }
+
+    pub fn resolve(&self, position: Position) -> Result<i64, PartitionError> {
+        let progress = self.progress();
+        Ok(position::resolve(position, &progress, self)?)
+    }
+
+    /// Committed events from sequence `from`, at most `max_events`, never past the commit
+    /// point the caller saw.
+    pub fn read(&self, from: i64, max_events: usize) -> Result<Vec<ReadEvent>, PartitionError> {
+        let progress = self.progress();
+        let mut out = Vec::new();
+        let mut sequence = from.max(progress.begin_sequence);
+        while sequence < progress.next_sequence && out.len() < max_events {
+            let Some(row) = self
+                .shard
+                .index_for_sequence(self.group, sequence)
+                .map_err(storage)?
+            else {
+                break;
+            };
+            let events = self.entry_events(row.log_index)?;
+            for (i, (position, record)) in events.into_iter().enumerate() {
+                let event_sequence = row.first_sequence + i as i64;
+                if event_sequence < sequence {
+                    continue;
+                }
+                if out.len() >= max_events {
+                    break;
+                }
+                out.push(ReadEvent {
+                    sequence: event_sequence,
+                    offset: row.first_offset + position as i64,
+                    enqueued_time_ms: row.enqueued_time_ms,
+                    record,
+                });
+            }
+            sequence = out
+                .last()
+                .map_or(row.first_sequence + i64::from(row.event_count), |e| {
+                    e.sequence + 1
+                });
+        }
+        Ok(out)
+    }
+
+    fn entry_events(&self, log_index: u64) -> Result<Vec<(usize, EventRecord)>, PartitionError> {
+        let bytes = self
+            .shard
+            .log_entry(self.group, log_index)
+            .map_err(storage)?
+            .ok_or_else(|| {
+                storage(format!(
+                    "log entry {log_index} of {} is missing",
+                    self.group
+                ))
+            })?;
+        let entry = decode_entry(&bytes).map_err(storage)?;
+        match entry.payload {
+            tributary_raft::openraft_api::EntryPayload::Normal(Proposal::Append(batch)) => {
+                codec::decode_batch(&batch.events).map_err(storage)
+            }
+            _ => Err(storage(format!(
+                "index points at a non-event entry {log_index} of {}",
+                self.group
+            ))),
+        }
+    }
+
+    pub async fn shutdown(&self) {
+        if let Err(err) = self.raft.shutdown().await {
+            tracing::warn!(group = %self.group, %err, "raft shutdown failed");
+        }
+    }
+
+    /// Builds a snapshot now (used by tests and, later, retention).
+    pub async fn trigger_snapshot(&self) -> Result<(), PartitionError> {
+        self.raft.trigger().snapshot().await.map_err(storage)
+    }
+}
+
+impl Lookup for Partition {
+    fn sequence_at_offset(&self, offset: i64, inclusive: bool) -> Result<Option<i64>, String> {
+        let Some(first_sequence) = self
+            .shard
+            .sequence_for_offset(self.group, offset)
+            .map_err(|e| e.to_string())?
+        else {
+            // Before the first retained event: start there.
+            let progress = self.progress();
+            return Ok((!progress.is_empty()).then_some(progress.begin_sequence));
+        };
+        let row = self
+            .shard
+            .index_for_sequence(self.group, first_sequence)
+            .map_err(|e| e.to_string())?
+            .ok_or("offset index without sequence index row")?;
+        let events = self
+            .entry_events(row.log_index)
+            .map_err(|e| e.to_string())?;
+        for (i, (position, _)) in events.iter().enumerate() {
+            let event_offset = row.first_offset + *position as i64;
+            if event_offset > offset || (inclusive && event_offset == offset) {
+                return Ok(Some(row.first_sequence + i as i64));
+            }
+        }
+        let after = row.first_sequence + i64::from(row.event_count);
+        Ok((after < self.progress().next_sequence).then_some(after))
+    }
+
+    fn sequence_at_time(&self, time_ms: i64, inclusive: bool) -> Result<Option<i64>, String> {
+        self.shard
+            .sequence_for_time(self.group, time_ms, inclusive)
+            .map_err(|e| e.to_string())
+    }
+}

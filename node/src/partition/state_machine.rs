@@ -1,0 +1,356 @@
+//! The partition state machine. The Raft log is the partition's data: applying an entry only
+//! assigns sequence numbers and offsets and records one sparse index row per entry; event
+//! bytes are never copied.
+
+use std::io;
+
+use futures::{Stream, TryStreamExt};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tributary_raft::openraft_api::{
+    EntryPayload, EntryResponder, RaftSnapshotBuilder, RaftStateMachine, StoredMembership,
+};
+use tributary_raft::{
+    AppendOutcome, Proposal, ProposalResult, SnapshotData, TypeConfig, decode_entry,
+};
+use tributary_raft::{
+    LogId as LogIdT, Snapshot as SnapshotT, SnapshotMeta as SnapshotMetaT,
+    StoredMembership as MembershipT,
+};
+use tributary_storage::{Durability, IndexRow, MetaKey, Mutation, Shard};
+use tributary_types::GroupId;
+
+use super::codec;
+
+/// Durable applied state of a partition, written with the index rows it describes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AppliedState {
+    pub last_applied: Option<LogIdT>,
+    pub membership: MembershipT,
+    pub progress: Progress,
+}
+
+/// What readers of a partition need to know about its committed events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progress {
+    /// First retained sequence number.
+    pub begin_sequence: i64,
+    /// The sequence number the next event will get.
+    pub next_sequence: i64,
+    /// The offset the next event will get.
+    pub next_offset: i64,
+    /// Offset of the last event, -1 when empty.
+    pub last_offset: i64,
+    /// Enqueued time of the last event; 0 when empty. Never decreases.
+    pub last_time_ms: i64,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Self {
+            begin_sequence: 0,
+            next_sequence: 0,
+            next_offset: 0,
+            last_offset: -1,
+            last_time_ms: 0,
+        }
+    }
+}
+
+impl Progress {
+    pub fn is_empty(&self) -> bool {
+        self.next_sequence == self.begin_sequence
+    }
+}
+
+/// Snapshot payload: the applied state plus the retained log and its index, so a replica
+/// with nothing can be rebuilt.
+#[derive(Debug, Serialize, Deserialize)]
+struct SnapshotPayload {
+    state: AppliedState,
+    index: Vec<(i64, u64, i64, i64, u32)>,
+    log: Vec<(u64, bytes::Bytes)>,
+}
+
+pub struct PartitionStateMachine {
+    group: GroupId,
+    shard: Shard,
+    state: AppliedState,
+    progress: watch::Sender<Progress>,
+}
+
+impl PartitionStateMachine {
+    /// Loads the applied state from storage; the returned receiver follows every commit.
+    pub fn open(group: GroupId, shard: Shard) -> io::Result<(Self, watch::Receiver<Progress>)> {
+        let state: AppliedState = match shard.meta(group, MetaKey::Applied)? {
+            Some(bytes) => postcard::from_bytes(&bytes).map_err(invalid)?,
+            None => AppliedState::default(),
+        };
+        let (progress, rx) = watch::channel(state.progress);
+        Ok((
+            Self {
+                group,
+                shard,
+                state,
+                progress,
+            },
+            rx,
+        ))
+    }
+
+    fn apply_append(
+        &mut self,
+        log_index: u64,
+        batch: &tributary_raft::AppendBatch,
+    ) -> io::Result<(ProposalResult, Option<IndexRow>)> {
+        let p = &mut self.state.progress;
+        let time_ms = batch.enqueued_time_ms.max(p.last_time_ms);
+        let positions = codec::frame_positions(&batch.events).map_err(invalid)?;
+        let Some(&last_position) = positions.last() else {
+            return Ok((ProposalResult::None, None));
+        };
+        let row = IndexRow {
+            first_sequence: p.next_sequence,
+            log_index,
+            first_offset: p.next_offset,
+            enqueued_time_ms: time_ms,
+            event_count: positions.len() as u32,
+        };
+        let outcome = AppendOutcome {
+            first_sequence: p.next_sequence,
+            first_offset: p.next_offset,
+            enqueued_time_ms: time_ms,
+        };
+        p.last_offset = p.next_offset + last_position as i64;
+        p.next_offset += batch.events.len() as i64;
+        p.next_sequence += positions.len() as i64;
+        p.last_time_ms = time_ms;
+        Ok((ProposalResult::Appended(outcome), Some(row)))
+    }
+}
+
+fn invalid(err: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, err.to_string())
+}
+
+fn encode<T: Serialize>(value: &T) -> io::Result<bytes::Bytes> {
+    postcard::to_allocvec(value)
+        .map(bytes::Bytes::from)
+        .map_err(invalid)
+}
+
+impl RaftStateMachine<TypeConfig> for PartitionStateMachine {
+    type SnapshotData = SnapshotData;
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogIdT>, MembershipT), io::Error> {
+        Ok((self.state.last_applied, self.state.membership.clone()))
+    }
+
+    async fn apply<S>(&mut self, mut entries: S) -> Result<(), io::Error>
+    where
+        S: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + Send,
+    {
+        let mut mutations = Vec::new();
+        let mut responders = Vec::new();
+        while let Some((entry, responder)) = entries.try_next().await? {
+            self.state.last_applied = Some(entry.log_id);
+            let result = match &entry.payload {
+                EntryPayload::Blank => ProposalResult::None,
+                EntryPayload::Normal(Proposal::Append(batch)) => {
+                    let (result, row) = self.apply_append(entry.log_id.index, batch)?;
+                    if let Some(row) = row {
+                        mutations.push(Mutation::PutIndex {
+                            group: self.group,
+                            row,
+                        });
+                    }
+                    result
+                }
+                EntryPayload::Membership(membership) => {
+                    self.state.membership =
+                        StoredMembership::new(Some(entry.log_id), membership.clone());
+                    ProposalResult::None
+                }
+            };
+            if let Some(responder) = responder {
+                responders.push((responder, result));
+            }
+        }
+        mutations.push(Mutation::PutMeta {
+            group: self.group,
+            key: MetaKey::Applied,
+            value: encode(&self.state)?,
+        });
+        // Lazy: the index and applied state can be rebuilt from the durable log, which
+        // openraft re-applies after a crash.
+        self.shard.write(mutations, Durability::Lazy).await?;
+        self.progress.send_replace(self.state.progress);
+        for (responder, result) in responders {
+            responder.send(result);
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        SnapshotBuilder {
+            group: self.group,
+            shard: self.shard.clone(),
+            state: self.state.clone(),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMetaT,
+        snapshot: SnapshotData,
+    ) -> Result<(), io::Error> {
+        let payload: SnapshotPayload = postcard::from_bytes(snapshot.get_ref()).map_err(invalid)?;
+        let last_index = meta.last_log_id.map_or(0, |id| id.index);
+        let mut mutations = vec![
+            Mutation::TruncateIndexFrom {
+                group: self.group,
+                from_sequence: i64::MIN,
+            },
+            Mutation::PurgeLogThrough {
+                group: self.group,
+                through: last_index,
+            },
+        ];
+        for (index, entry) in payload.log {
+            mutations.push(Mutation::PutLog {
+                group: self.group,
+                index,
+                entry,
+            });
+        }
+        for (first_sequence, log_index, first_offset, enqueued_time_ms, event_count) in
+            payload.index
+        {
+            mutations.push(Mutation::PutIndex {
+                group: self.group,
+                row: IndexRow {
+                    first_sequence,
+                    log_index,
+                    first_offset,
+                    enqueued_time_ms,
+                    event_count,
+                },
+            });
+        }
+        let mut state = payload.state;
+        state.last_applied = meta.last_log_id;
+        state.membership = meta.last_membership.clone();
+        mutations.push(Mutation::PutMeta {
+            group: self.group,
+            key: MetaKey::Applied,
+            value: encode(&state)?,
+        });
+        mutations.push(Mutation::PutMeta {
+            group: self.group,
+            key: MetaKey::Snapshot,
+            value: encode(meta)?,
+        });
+        self.shard.write(mutations, Durability::Immediate).await?;
+        self.state = state;
+        self.progress.send_replace(self.state.progress);
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<SnapshotT>, io::Error> {
+        let Some(bytes) = self.shard.meta(self.group, MetaKey::Snapshot)? else {
+            return Ok(None);
+        };
+        let meta: SnapshotMetaT = postcard::from_bytes(&bytes).map_err(invalid)?;
+        // The log is the data: rebuild the payload of the recorded snapshot from storage.
+        let state = self.state.clone();
+        let payload = snapshot_payload(self.group, &self.shard, &meta, state)?;
+        Ok(Some(SnapshotT {
+            meta,
+            snapshot: SnapshotData::new(payload),
+        }))
+    }
+}
+
+/// Builds a snapshot of the state as of when the builder was created.
+pub struct SnapshotBuilder {
+    group: GroupId,
+    shard: Shard,
+    state: AppliedState,
+}
+
+fn snapshot_payload(
+    group: GroupId,
+    shard: &Shard,
+    meta: &SnapshotMetaT,
+    mut state: AppliedState,
+) -> io::Result<Vec<u8>> {
+    let last_index = meta.last_log_id.map_or(0, |id| id.index);
+    let mut index = Vec::new();
+    let mut log = Vec::new();
+    let mut progress = Progress::default();
+    // Walk the retained entries up to the snapshot point and recompute the progress there.
+    let first_log = shard.first_index(group)?.map_or(0, |row| row.log_index);
+    for (log_index, bytes) in shard.log_entries(group, first_log, last_index + 1)? {
+        log.push((log_index, bytes));
+    }
+    if let Some(first) = shard.first_index(group)? {
+        progress.begin_sequence = first.first_sequence;
+        let mut sequence = first.first_sequence;
+        while let Some(row) = shard.index_for_sequence(group, sequence)? {
+            if row.first_sequence != sequence || row.log_index > last_index {
+                break;
+            }
+            index.push((
+                row.first_sequence,
+                row.log_index,
+                row.first_offset,
+                row.enqueued_time_ms,
+                row.event_count,
+            ));
+            let batch_bytes = match shard.log_entry(group, row.log_index)? {
+                Some(bytes) => match decode_entry(&bytes)?.payload {
+                    EntryPayload::Normal(Proposal::Append(batch)) => batch.events,
+                    _ => return Err(invalid("index row points at a non-append entry")),
+                },
+                None => return Err(invalid("index row points at a missing log entry")),
+            };
+            let positions = codec::frame_positions(&batch_bytes).map_err(invalid)?;
+            progress.next_sequence = row.first_sequence + i64::from(row.event_count);
+            progress.next_offset = row.first_offset + batch_bytes.len() as i64;
+            progress.last_offset = row.first_offset + *positions.last().unwrap_or(&0) as i64;
+            progress.last_time_ms = row.enqueued_time_ms;
+            sequence = progress.next_sequence;
+        }
+    }
+    state.progress = progress;
+    state.last_applied = meta.last_log_id;
+    state.membership = meta.last_membership.clone();
+    postcard::to_allocvec(&SnapshotPayload { state, index, log }).map_err(invalid)
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    type SnapshotData = SnapshotData;
+
+    async fn build_snapshot(&mut self) -> Result<SnapshotT, io::Error> {
+        let meta = SnapshotMetaT {
+            last_log_id: self.state.last_applied,
+            last_membership: self.state.membership.clone(),
+        };
+        let payload = snapshot_payload(self.group, &self.shard, &meta, self.state.clone())?;
+        self.shard
+            .write(
+                vec![Mutation::PutMeta {
+                    group: self.group,
+                    key: MetaKey::Snapshot,
+                    value: encode(&meta)?,
+                }],
+                Durability::Immediate,
+            )
+            .await?;
+        Ok(SnapshotT {
+            meta,
+            snapshot: SnapshotData::new(payload),
+        })
+    }
+}

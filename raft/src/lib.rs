@@ -1,0 +1,21 @@
+//! Tributary's wrapper around openraft: the one type configuration every group uses, the
+//! redb-backed log store, and the network router shared by all groups of a node. An
+//! openraft alpha bump should touch this crate only.
+
+mod log_store;
+mod network;
+mod types;
+
+pub use log_store::{LogStore, decode_entry, encode_entry};
+pub use network::{NetworkFactory, PeerRouter};
+pub use types::{
+    AppendBatch, AppendOutcome, Entry, LogId, Proposal, ProposalResult, Raft, Snapshot,
+    SnapshotData, SnapshotMeta, StoredMembership, TypeConfig, group_config,
+};
+
+/// Re-exports of openraft items the node needs, so it names them through this crate.
+pub mod openraft_api {
+    pub use openraft::error::{ClientWriteError, ForwardToLeader, RaftError};
+    pub use openraft::storage::{EntryResponder, RaftStateMachine};
+    pub use openraft::{BasicNode, EntryPayload, RaftSnapshotBuilder, StoredMembership};
+}

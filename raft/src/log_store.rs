@@ -1,0 +1,215 @@
+use std::fmt::Debug;
+use std::io;
+use std::ops::{Bound, RangeBounds};
+
+use bytes::Bytes;
+use openraft::OptionalSend;
+use openraft::alias::{EntryOf, LogIdOf, VoteOf};
+use openraft::entry::RaftEntry;
+use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
+use tributary_storage::{Durability, MetaKey, Mutation, Shard};
+use tributary_types::GroupId;
+
+use crate::types::TypeConfig;
+
+/// One group's Raft log and vote, stored in a shared storage shard. Appends of all groups in
+/// the shard are committed together (group commit); openraft's flush callback fires after
+/// the fsync.
+#[derive(Debug, Clone)]
+pub struct LogStore {
+    group: GroupId,
+    shard: Shard,
+}
+
+impl LogStore {
+    pub fn new(group: GroupId, shard: Shard) -> Self {
+        Self { group, shard }
+    }
+
+    fn read_meta<T: serde::de::DeserializeOwned>(&self, key: MetaKey) -> io::Result<Option<T>> {
+        match self.shard.meta(self.group, key)? {
+            Some(bytes) => Ok(Some(decode(&bytes)?)),
+            None => Ok(None),
+        }
+    }
+}
+
+pub(crate) fn encode<T: serde::Serialize>(value: &T) -> io::Result<Bytes> {
+    postcard::to_allocvec(value)
+        .map(Bytes::from)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> io::Result<T> {
+    postcard::from_bytes(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+fn bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
+    let start = match range.start_bound() {
+        Bound::Included(x) => *x,
+        Bound::Excluded(x) => x.saturating_add(1),
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(x) => x.saturating_add(1),
+        Bound::Excluded(x) => *x,
+        Bound::Unbounded => u64::MAX,
+    };
+    (start, end)
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<EntryOf<TypeConfig>>, io::Error> {
+        let (start, end) = bounds(&range);
+        self.shard
+            .log_entries(self.group, start, end)?
+            .iter()
+            .map(|(_, bytes)| decode(bytes))
+            .collect()
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<VoteOf<TypeConfig>>, io::Error> {
+        self.read_meta(MetaKey::Vote)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
+        let last_purged_log_id: Option<LogIdOf<TypeConfig>> = self.read_meta(MetaKey::Purged)?;
+        let last = match self.shard.last_log_entry(self.group)? {
+            Some((_, bytes)) => Some(decode::<EntryOf<TypeConfig>>(&bytes)?.log_id()),
+            None => None,
+        };
+        Ok(LogState {
+            last_log_id: last.or(last_purged_log_id),
+            last_purged_log_id,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &VoteOf<TypeConfig>) -> Result<(), io::Error> {
+        let value = encode(vote)?;
+        self.shard
+            .write(
+                vec![Mutation::PutMeta {
+                    group: self.group,
+                    key: MetaKey::Vote,
+                    value,
+                }],
+                Durability::Immediate,
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn save_committed(
+        &mut self,
+        committed: Option<LogIdOf<TypeConfig>>,
+    ) -> Result<(), io::Error> {
+        // A hint for faster recovery; losing it only means re-committing after restart.
+        let value = encode(&committed)?;
+        self.shard
+            .submit(
+                vec![Mutation::PutMeta {
+                    group: self.group,
+                    key: MetaKey::Committed,
+                    value,
+                }],
+                Durability::Lazy,
+                |_| {},
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogIdOf<TypeConfig>>, io::Error> {
+        Ok(self
+            .read_meta::<Option<LogIdOf<TypeConfig>>>(MetaKey::Committed)?
+            .flatten())
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: IOFlushed<TypeConfig>,
+    ) -> Result<(), io::Error>
+    where
+        I: IntoIterator<Item = EntryOf<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut mutations = Vec::new();
+        for entry in entries {
+            mutations.push(Mutation::PutLog {
+                group: self.group,
+                index: entry.index(),
+                entry: encode(&entry)?,
+            });
+        }
+        // Entries must be readable when this returns, so wait for the commit (shared with
+        // every other group's appends in the shard), then report the flush.
+        let result = self.shard.write(mutations, Durability::Immediate).await;
+        match result {
+            Ok(()) => {
+                callback.io_completed(Ok(()));
+                Ok(())
+            }
+            Err(err) => {
+                let err: io::Error = err.into();
+                callback.io_completed(Err(io::Error::new(err.kind(), err.to_string())));
+                Err(err)
+            }
+        }
+    }
+
+    async fn truncate_after(
+        &mut self,
+        last_log_id: Option<LogIdOf<TypeConfig>>,
+    ) -> Result<(), io::Error> {
+        let from = last_log_id.map_or(0, |id| id.index() + 1);
+        self.shard
+            .write(
+                vec![Mutation::TruncateLogFrom {
+                    group: self.group,
+                    from,
+                }],
+                Durability::Immediate,
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn purge(&mut self, log_id: LogIdOf<TypeConfig>) -> Result<(), io::Error> {
+        // The log is the partition's data: purging only moves the pointer. Retention removes
+        // old rows once every event in them has expired.
+        let value = encode(&log_id)?;
+        self.shard
+            .write(
+                vec![Mutation::PutMeta {
+                    group: self.group,
+                    key: MetaKey::Purged,
+                    value,
+                }],
+                Durability::Immediate,
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+/// Decodes a stored log row back into a Raft entry; the node reads committed events this way.
+pub fn decode_entry(bytes: &[u8]) -> io::Result<EntryOf<TypeConfig>> {
+    decode(bytes)
+}
+
+/// Encodes a Raft entry the way the log store stores it.
+pub fn encode_entry(entry: &EntryOf<TypeConfig>) -> io::Result<Bytes> {
+    encode(entry)
+}

@@ -1,0 +1,90 @@
+use std::io::Cursor;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+/// A batch of events proposed by the partition leader: one Raft entry. The events are stored
+/// exactly as encoded here; applying the entry only indexes them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppendBatch {
+    /// Stamped once by the leader when it proposes.
+    pub enqueued_time_ms: i64,
+    pub event_count: u32,
+    /// The encoded events (see the node's event codec).
+    pub events: Bytes,
+}
+
+/// What a group's log carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Proposal {
+    Append(AppendBatch),
+}
+
+/// Numbers assigned when an append entry is applied: the same on every replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppendOutcome {
+    pub first_sequence: i64,
+    pub first_offset: i64,
+    pub enqueued_time_ms: i64,
+}
+
+impl std::fmt::Display for Proposal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Proposal::Append(batch) => write!(
+                f,
+                "append({} events, {} bytes, t={})",
+                batch.event_count,
+                batch.events.len(),
+                batch.enqueued_time_ms
+            ),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProposalResult {
+    /// Blank and membership entries.
+    None,
+    Appended(AppendOutcome),
+}
+
+openraft::declare_raft_types!(
+    /// The type configuration shared by every Raft group of a node (partitions and, later,
+    /// the controller), so one transport serves them all.
+    pub TypeConfig:
+        D = Proposal,
+        R = ProposalResult,
+        NodeId = u64,
+        Node = openraft::BasicNode,
+);
+
+/// Snapshot payloads are built and installed in memory.
+pub type SnapshotData = Cursor<Vec<u8>>;
+
+/// A group's Raft handle, generic over its state machine.
+pub type Raft<SM> = openraft::Raft<TypeConfig, SM>;
+
+/// openraft settings for one group. The log is the partition's data, so openraft never
+/// builds snapshots or purges on its own: retention drives that explicitly.
+pub fn group_config(cluster_name: &str) -> Arc<openraft::Config> {
+    let config = openraft::Config {
+        cluster_name: cluster_name.to_string(),
+        heartbeat_interval: 250,
+        election_timeout_min: 1000,
+        election_timeout_max: 2000,
+        snapshot_policy: openraft::SnapshotPolicy::Never,
+        max_in_snapshot_log_to_keep: u64::MAX,
+        max_payload_entries: 1024,
+        enable_tick: true,
+        ..Default::default()
+    };
+    Arc::new(config.validate().expect("static raft config is valid"))
+}
+
+pub type LogId = openraft::alias::LogIdOf<TypeConfig>;
+pub type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
+pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
+pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, SnapshotData>;
+pub type Entry = openraft::alias::EntryOf<TypeConfig>;

@@ -1,0 +1,15 @@
+//! Durable structures on redb. A node has a few storage shards; each is one redb database
+//! with one writer thread that merges the writes of every Raft group it holds into one
+//! transaction and one fsync (group commit). This crate knows nothing of Raft or gRPC: it
+//! stores opaque log entries, group metadata and the partition index, keyed by [`GroupId`].
+//!
+//! [`GroupId`]: tributary_types::GroupId
+
+mod error;
+mod mutation;
+mod shard;
+mod tables;
+
+pub use error::StorageError;
+pub use mutation::{Durability, IndexRow, MetaKey, Mutation};
+pub use shard::{Shard, ShardConfig, ShardStats};

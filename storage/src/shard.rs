@@ -1,0 +1,506 @@
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use redb::{Database, ReadableDatabase, WriteTransaction};
+use tokio::sync::{mpsc, oneshot};
+use tributary_types::GroupId;
+
+use crate::error::StorageError;
+use crate::mutation::{Durability, IndexRow, MetaKey, Mutation};
+use crate::tables::{CATALOG, OFFSET_INDEX, RAFT_LOG, RAFT_META, SEQ_INDEX, TIME_INDEX};
+
+/// Limits of one shard. Every queue and batch is bounded.
+#[derive(Debug, Clone)]
+pub struct ShardConfig {
+    /// Writes waiting for the writer thread; a full queue makes writers wait (back-pressure).
+    pub queue_depth_max: usize,
+    /// Writes merged into one transaction at most.
+    pub batch_writes_max: usize,
+    /// Bytes merged into one transaction at most.
+    pub batch_bytes_max: usize,
+    /// redb page cache.
+    pub cache_bytes: usize,
+}
+
+impl Default for ShardConfig {
+    fn default() -> Self {
+        Self {
+            queue_depth_max: 8192,
+            batch_writes_max: 4096,
+            batch_bytes_max: 32 * 1024 * 1024,
+            cache_bytes: 256 * 1024 * 1024,
+        }
+    }
+}
+
+/// Counters of one shard, for tests and benchmarks.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ShardStats {
+    pub commits: u64,
+    pub fsyncs: u64,
+    pub writes: u64,
+}
+
+type Completion = Box<dyn FnOnce(Result<(), StorageError>) + Send + 'static>;
+
+struct Write {
+    mutations: Vec<Mutation>,
+    durability: Durability,
+    done: Completion,
+}
+
+struct Counters {
+    commits: AtomicU64,
+    fsyncs: AtomicU64,
+    writes: AtomicU64,
+}
+
+/// One redb database and its single writer thread. Cheap to clone.
+#[derive(Clone)]
+pub struct Shard {
+    db: Arc<Database>,
+    tx: mpsc::Sender<Write>,
+    counters: Arc<Counters>,
+    path: Arc<PathBuf>,
+}
+
+impl std::fmt::Debug for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shard").field("path", &self.path).finish()
+    }
+}
+
+impl Shard {
+    /// Opens (or creates) the database at `path` and starts its writer thread. The thread
+    /// ends when every clone of the shard is dropped.
+    pub fn open(path: &Path, config: ShardConfig) -> Result<Shard, StorageError> {
+        let db = Database::builder()
+            .set_cache_size(config.cache_bytes)
+            .create(path)
+            .map_err(|e| StorageError::Io(format!("cannot open {}: {e}", path.display())))?;
+        let db = Arc::new(db);
+        {
+            // Create every table up front so readers never see a missing table.
+            let txn = db.begin_write().map_err(StorageError::io)?;
+            txn.open_table(RAFT_LOG).map_err(StorageError::io)?;
+            txn.open_table(RAFT_META).map_err(StorageError::io)?;
+            txn.open_table(SEQ_INDEX).map_err(StorageError::io)?;
+            txn.open_table(OFFSET_INDEX).map_err(StorageError::io)?;
+            txn.open_table(TIME_INDEX).map_err(StorageError::io)?;
+            txn.open_table(CATALOG).map_err(StorageError::io)?;
+            txn.commit().map_err(StorageError::io)?;
+        }
+        let (tx, rx) = mpsc::channel(config.queue_depth_max);
+        let counters = Arc::new(Counters {
+            commits: AtomicU64::new(0),
+            fsyncs: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+        });
+        let writer_db = db.clone();
+        let writer_counters = counters.clone();
+        std::thread::Builder::new()
+            .name(format!("storage-writer-{}", path.display()))
+            .spawn(move || writer_loop(writer_db, rx, config, writer_counters))
+            .map_err(StorageError::io)?;
+        Ok(Shard {
+            db,
+            tx,
+            counters,
+            path: Arc::new(path.to_path_buf()),
+        })
+    }
+
+    /// Queues a write; `done` runs on the writer thread once the transaction holding it has
+    /// committed (and, for [`Durability::Immediate`], been fsynced). Waits while the queue is full.
+    pub async fn submit(
+        &self,
+        mutations: Vec<Mutation>,
+        durability: Durability,
+        done: impl FnOnce(Result<(), StorageError>) + Send + 'static,
+    ) -> Result<(), StorageError> {
+        self.tx
+            .send(Write {
+                mutations,
+                durability,
+                done: Box::new(done),
+            })
+            .await
+            .map_err(|_| StorageError::Closed)
+    }
+
+    /// Writes and waits for the commit.
+    pub async fn write(
+        &self,
+        mutations: Vec<Mutation>,
+        durability: Durability,
+    ) -> Result<(), StorageError> {
+        let (tx, rx) = oneshot::channel();
+        self.submit(mutations, durability, move |res| {
+            let _ = tx.send(res);
+        })
+        .await?;
+        rx.await.map_err(|_| StorageError::Closed)?
+    }
+
+    pub fn stats(&self) -> ShardStats {
+        ShardStats {
+            commits: self.counters.commits.load(Ordering::Relaxed),
+            fsyncs: self.counters.fsyncs.load(Ordering::Relaxed),
+            writes: self.counters.writes.load(Ordering::Relaxed),
+        }
+    }
+
+    // ---- reads: each runs in its own read transaction and sees every committed write ----
+
+    /// Log entries with index in `[start, end)`, in order.
+    pub fn log_entries(
+        &self,
+        group: GroupId,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<(u64, Bytes)>, StorageError> {
+        let g = group.to_u64();
+        let txn = self.db.begin_read().map_err(StorageError::io)?;
+        let table = txn.open_table(RAFT_LOG).map_err(StorageError::io)?;
+        let mut out = Vec::new();
+        if start >= end {
+            return Ok(out);
+        }
+        for row in table
+            .range((g, start)..(g, end))
+            .map_err(StorageError::io)?
+        {
+            let (k, v) = row.map_err(StorageError::io)?;
+            out.push((k.value().1, Bytes::copy_from_slice(v.value())));
+        }
+        Ok(out)
+    }
+
+    /// One log entry.
+    pub fn log_entry(&self, group: GroupId, index: u64) -> Result<Option<Bytes>, StorageError> {
+        let txn = self.db.begin_read().map_err(StorageError::io)?;
+        let table = txn.open_table(RAFT_LOG).map_err(StorageError::io)?;
+        Ok(table
+            .get((group.to_u64(), index))
+            .map_err(StorageError::io)?
+            .map(|v| Bytes::copy_from_slice(v.value())))
+    }
+
+    /// The entry with the highest index, if any.
+    pub fn last_log_entry(&self, group: GroupId) -> Result<Option<(u64, Bytes)>, StorageError> {
+        let g = group.to_u64();
+        let txn = self.db.begin_read().map_err(StorageError::io)?;
+        let table = txn.open_table(RAFT_LOG).map_err(StorageError::io)?;
+        let mut range = table
+            .range((g, 0)..=(g, u64::MAX))
+            .map_err(StorageError::io)?;
+        match range.next_back() {
+            Some(row) => {
+                let (k, v) = row.map_err(StorageError::io)?;
+                Ok(Some((k.value().1, Bytes::copy_from_slice(v.value()))))
+            }
+            None => Ok(None),
+        }
+    }
+
+    pub fn meta(&self, group: GroupId, key: MetaKey) -> Result<Option<Bytes>, StorageError> {
+        let txn = self.db.begin_read().map_err(StorageError::io)?;
+        let table = txn.open_table(RAFT_META).map_err(StorageError::io)?;
+        Ok(table
+            .get((group.to_u64(), key as u8))
+            .map_err(StorageError::io)?
+            .map(|v| Bytes::copy_from_slice(v.value())))
+    }
+
+    /// The index row of the entry holding `sequence`: the last row whose first sequence is
+    /// at or before it.
+    pub fn index_for_sequence(
+        &self,
+        group: GroupId,
+        sequence: i64,
+    ) -> Result<Option<IndexRow>, StorageError> {
+        let g = group.to_u64();
+        let txn = self.db.begin_read().map_err(StorageError::io)?;
+        let table = txn.open_table(SEQ_INDEX).map_err(StorageError::io)?;
+        let mut range = table
+            .range((g, i64::MIN)..=(g, sequence))
+            .map_err(StorageError::io)?;
+        match range.next_back() {
+            Some(row) => {
+                let (k, v) = row.map_err(StorageError::io)?;
+                Ok(Some(index_row(k.value().1, v.value())))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The first index row of the group (the oldest retained entry).
+    pub fn first_index(&self, group: GroupId) -> Result<Option<IndexRow>, StorageError> {
+        let g = group.to_u64();
+        let txn = self.db.begin_read().map_err(StorageError::io)?;
+        let table = txn.open_table(SEQ_INDEX).map_err(StorageError::io)?;
+        let mut range = table
+            .range((g, i64::MIN)..=(g, i64::MAX))
+            .map_err(StorageError::io)?;
+        match range.next() {
+            Some(row) => {
+                let (k, v) = row.map_err(StorageError::io)?;
+                Ok(Some(index_row(k.value().1, v.value())))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// First sequence of the entry holding `offset`: the last entry starting at or before it.
+    pub fn sequence_for_offset(
+        &self,
+        group: GroupId,
+        offset: i64,
+    ) -> Result<Option<i64>, StorageError> {
+        let g = group.to_u64();
+        let txn = self.db.begin_read().map_err(StorageError::io)?;
+        let table = txn.open_table(OFFSET_INDEX).map_err(StorageError::io)?;
+        let mut range = table
+            .range((g, i64::MIN)..=(g, offset))
+            .map_err(StorageError::io)?;
+        match range.next_back() {
+            Some(row) => Ok(Some(row.map_err(StorageError::io)?.1.value())),
+            None => Ok(None),
+        }
+    }
+
+    /// First sequence of the first entry whose enqueued time is after `time_ms` (or at it,
+    /// when `inclusive`).
+    pub fn sequence_for_time(
+        &self,
+        group: GroupId,
+        time_ms: i64,
+        inclusive: bool,
+    ) -> Result<Option<i64>, StorageError> {
+        let g = group.to_u64();
+        let txn = self.db.begin_read().map_err(StorageError::io)?;
+        let table = txn.open_table(TIME_INDEX).map_err(StorageError::io)?;
+        let start = if inclusive {
+            Bound::Included((g, time_ms, i64::MIN))
+        } else {
+            Bound::Excluded((g, time_ms, i64::MAX))
+        };
+        let mut range = table
+            .range::<(u64, i64, i64)>((start, Bound::Included((g, i64::MAX, i64::MAX))))
+            .map_err(StorageError::io)?;
+        match range.next() {
+            Some(row) => Ok(Some(row.map_err(StorageError::io)?.0.value().2)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn catalog_get(&self, key: &str) -> Result<Option<Bytes>, StorageError> {
+        let txn = self.db.begin_read().map_err(StorageError::io)?;
+        let table = txn.open_table(CATALOG).map_err(StorageError::io)?;
+        Ok(table
+            .get(key)
+            .map_err(StorageError::io)?
+            .map(|v| Bytes::copy_from_slice(v.value())))
+    }
+
+    /// Catalog records whose key starts with `prefix`, in key order.
+    pub fn catalog_scan(&self, prefix: &str) -> Result<Vec<(String, Bytes)>, StorageError> {
+        let txn = self.db.begin_read().map_err(StorageError::io)?;
+        let table = txn.open_table(CATALOG).map_err(StorageError::io)?;
+        let mut out = Vec::new();
+        for row in table.range(prefix..).map_err(StorageError::io)? {
+            let (k, v) = row.map_err(StorageError::io)?;
+            if !k.value().starts_with(prefix) {
+                break;
+            }
+            out.push((k.value().to_string(), Bytes::copy_from_slice(v.value())));
+        }
+        Ok(out)
+    }
+}
+
+fn index_row(first_sequence: i64, v: (u64, i64, i64, u32)) -> IndexRow {
+    IndexRow {
+        first_sequence,
+        log_index: v.0,
+        first_offset: v.1,
+        enqueued_time_ms: v.2,
+        event_count: v.3,
+    }
+}
+
+fn writer_loop(
+    db: Arc<Database>,
+    mut rx: mpsc::Receiver<Write>,
+    config: ShardConfig,
+    counters: Arc<Counters>,
+) {
+    let mut batch: Vec<Write> = Vec::with_capacity(config.batch_writes_max);
+    while let Some(first) = rx.blocking_recv() {
+        let mut bytes: usize = first.mutations.iter().map(Mutation::size_bytes).sum();
+        batch.push(first);
+        while batch.len() < config.batch_writes_max && bytes < config.batch_bytes_max {
+            match rx.try_recv() {
+                Ok(write) => {
+                    bytes += write
+                        .mutations
+                        .iter()
+                        .map(Mutation::size_bytes)
+                        .sum::<usize>();
+                    batch.push(write);
+                }
+                Err(_) => break,
+            }
+        }
+        let durable = batch.iter().any(|w| w.durability == Durability::Immediate);
+        let result = commit_batch(&db, &batch, durable);
+        counters.commits.fetch_add(1, Ordering::Relaxed);
+        counters
+            .writes
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        metrics::histogram!("tributary_storage_commit_batch_writes").record(batch.len() as f64);
+        if durable && result.is_ok() {
+            counters.fsyncs.fetch_add(1, Ordering::Relaxed);
+            metrics::counter!("tributary_storage_fsyncs_total").increment(1);
+        }
+        if let Err(err) = &result {
+            tracing::error!(%err, writes = batch.len(), "storage commit failed");
+        }
+        for write in batch.drain(..) {
+            (write.done)(result.clone());
+        }
+    }
+}
+
+fn commit_batch(db: &Database, batch: &[Write], durable: bool) -> Result<(), StorageError> {
+    let mut txn = db.begin_write().map_err(StorageError::io)?;
+    txn.set_durability(if durable {
+        redb::Durability::Immediate
+    } else {
+        redb::Durability::None
+    })
+    .map_err(StorageError::io)?;
+    for write in batch {
+        for mutation in &write.mutations {
+            apply_mutation(&txn, mutation)?;
+        }
+    }
+    txn.commit().map_err(StorageError::io)
+}
+
+fn apply_mutation(txn: &WriteTransaction, mutation: &Mutation) -> Result<(), StorageError> {
+    match mutation {
+        Mutation::PutLog {
+            group,
+            index,
+            entry,
+        } => {
+            let mut t = txn.open_table(RAFT_LOG).map_err(StorageError::io)?;
+            t.insert((group.to_u64(), *index), entry.as_ref())
+                .map_err(StorageError::io)?;
+        }
+        Mutation::TruncateLogFrom { group, from } => {
+            let g = group.to_u64();
+            let mut t = txn.open_table(RAFT_LOG).map_err(StorageError::io)?;
+            t.retain_in((g, *from)..=(g, u64::MAX), |_, _| false)
+                .map_err(StorageError::io)?;
+        }
+        Mutation::PurgeLogThrough { group, through } => {
+            let g = group.to_u64();
+            let mut t = txn.open_table(RAFT_LOG).map_err(StorageError::io)?;
+            t.retain_in((g, 0)..=(g, *through), |_, _| false)
+                .map_err(StorageError::io)?;
+        }
+        Mutation::PutMeta { group, key, value } => {
+            let mut t = txn.open_table(RAFT_META).map_err(StorageError::io)?;
+            t.insert((group.to_u64(), *key as u8), value.as_ref())
+                .map_err(StorageError::io)?;
+        }
+        Mutation::PutIndex { group, row } => {
+            let g = group.to_u64();
+            txn.open_table(SEQ_INDEX)
+                .map_err(StorageError::io)?
+                .insert(
+                    (g, row.first_sequence),
+                    (
+                        row.log_index,
+                        row.first_offset,
+                        row.enqueued_time_ms,
+                        row.event_count,
+                    ),
+                )
+                .map_err(StorageError::io)?;
+            txn.open_table(OFFSET_INDEX)
+                .map_err(StorageError::io)?
+                .insert((g, row.first_offset), row.first_sequence)
+                .map_err(StorageError::io)?;
+            txn.open_table(TIME_INDEX)
+                .map_err(StorageError::io)?
+                .insert((g, row.enqueued_time_ms, row.first_sequence), ())
+                .map_err(StorageError::io)?;
+        }
+        Mutation::TruncateIndexFrom {
+            group,
+            from_sequence,
+        } => {
+            let g = group.to_u64();
+            let mut seq = txn.open_table(SEQ_INDEX).map_err(StorageError::io)?;
+            let mut removed = Vec::new();
+            for row in seq
+                .extract_from_if((g, *from_sequence)..=(g, i64::MAX), |_, _| true)
+                .map_err(StorageError::io)?
+            {
+                let (k, v) = row.map_err(StorageError::io)?;
+                removed.push((k.value().1, v.value().1, v.value().2));
+            }
+            let mut off = txn.open_table(OFFSET_INDEX).map_err(StorageError::io)?;
+            let mut time = txn.open_table(TIME_INDEX).map_err(StorageError::io)?;
+            for (first_sequence, first_offset, time_ms) in removed {
+                off.remove((g, first_offset)).map_err(StorageError::io)?;
+                time.remove((g, time_ms, first_sequence))
+                    .map_err(StorageError::io)?;
+            }
+        }
+        Mutation::DeleteGroup { group } => {
+            let g = group.to_u64();
+            txn.open_table(RAFT_LOG)
+                .map_err(StorageError::io)?
+                .retain_in((g, 0)..=(g, u64::MAX), |_, _| false)
+                .map_err(StorageError::io)?;
+            txn.open_table(RAFT_META)
+                .map_err(StorageError::io)?
+                .retain_in((g, 0)..=(g, u8::MAX), |_, _| false)
+                .map_err(StorageError::io)?;
+            txn.open_table(SEQ_INDEX)
+                .map_err(StorageError::io)?
+                .retain_in((g, i64::MIN)..=(g, i64::MAX), |_, _| false)
+                .map_err(StorageError::io)?;
+            txn.open_table(OFFSET_INDEX)
+                .map_err(StorageError::io)?
+                .retain_in((g, i64::MIN)..=(g, i64::MAX), |_, _| false)
+                .map_err(StorageError::io)?;
+            txn.open_table(TIME_INDEX)
+                .map_err(StorageError::io)?
+                .retain_in((g, i64::MIN, i64::MIN)..=(g, i64::MAX, i64::MAX), |_, _| {
+                    false
+                })
+                .map_err(StorageError::io)?;
+        }
+        Mutation::PutCatalog { key, value } => {
+            txn.open_table(CATALOG)
+                .map_err(StorageError::io)?
+                .insert(key.as_str(), value.as_ref())
+                .map_err(StorageError::io)?;
+        }
+        Mutation::DeleteCatalog { key } => {
+            txn.open_table(CATALOG)
+                .map_err(StorageError::io)?
+                .remove(key.as_str())
+                .map_err(StorageError::io)?;
+        }
+    }
+    Ok(())
+}

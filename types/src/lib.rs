@@ -1,0 +1,18 @@
+//! Vocabulary shared by every Tributary crate: typed ids, limits, the partition-key hash,
+//! naming rules and the clock.
+
+pub mod clock;
+pub mod ids;
+pub mod limits;
+pub mod names;
+pub mod partition_key;
+pub mod time_format;
+
+pub use clock::{Clock, ManualClock, MonotonicStamp, SystemClock};
+pub use ids::{GroupId, HubId, NodeId, Offset, PartitionId, SequenceNumber};
+pub use limits::{RetentionError, parse_retention};
+pub use names::{
+    DEFAULT_CONSUMER_GROUP, NameError, NameKind, validate_consumer_group_name, validate_hub_name,
+};
+pub use partition_key::{partition_for_key, partition_key_hash};
+pub use time_format::{TimeParseError, format_rfc3339_ms, parse_rfc3339_ms};
