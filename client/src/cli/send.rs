@@ -205,6 +205,15 @@ fn progress_bar(source: &EventSource) -> ProgressBar {
     }
 }
 
+/// "1 event", "3 events", "2 batches".
+fn counted(n: u64, noun: &str) -> String {
+    match (n, noun.ends_with('h')) {
+        (1, _) => format!("1 {noun}"),
+        (_, true) => format!("{n} {noun}es"),
+        (_, false) => format!("{n} {noun}s"),
+    }
+}
+
 /// Adds what to do about a batch that is too large.
 fn with_hint(error: ClientError, batch_size: usize) -> anyhow::Error {
     if error.reason() == Some(ErrorReason::MessageTooLarge) && batch_size > 1 {
@@ -281,13 +290,18 @@ impl SendSummary {
                 time_text(first.enqueued_time_ms),
             ));
         }
+        let partitions = self.partitions();
         text.push_str(&format!(
-            "sent {} events ({:.2} MB) in {} batches to partition{} {} in {:.3}s: {:.0} events/s, {:.2} MB/s\n",
-            self.events,
+            "sent {} ({:.2} MB) in {} to {} {} in {:.3}s: {:.0} events/s, {:.2} MB/s\n",
+            counted(self.events, "event"),
             self.bytes as f64 / BYTES_PER_MB,
-            self.batches,
-            if self.partitions.len() == 1 { "" } else { "s" },
-            self.partitions().join(", "),
+            counted(self.batches, "batch"),
+            if partitions.len() == 1 {
+                "partition"
+            } else {
+                "partitions"
+            },
+            partitions.join(", "),
             self.elapsed.as_secs_f64(),
             self.events_per_second(),
             self.megabytes_per_second(),
@@ -349,5 +363,14 @@ mod tests {
         assert_eq!(value["offset"], "4096");
         assert_eq!(value["enqueued_time"], "2024-05-01T12:00:00.250Z");
         assert_eq!(summary.to_json(false).get("partition"), None);
+        let text = summary.to_text(true);
+        assert!(
+            text.starts_with("sent to partition 2: sequence number 17, offset 4096"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sent 1 event (0.00 MB) in 1 batch to partition 2 in 0.010s"),
+            "{text}"
+        );
     }
 }
