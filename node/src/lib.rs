@@ -29,11 +29,15 @@ use crate::config::NodeConfig;
 /// Room for protobuf framing around the largest publication.
 const REQUEST_OVERHEAD_BYTES: usize = 64 * 1024;
 
+/// How long shutdown waits for the last users of a storage shard.
+const SHARD_CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A running node. Dropping it does not stop it: call [`Node::shutdown`].
 pub struct Node {
     pub client_addr: SocketAddr,
     pub http_addr: SocketAddr,
     pub broker: Arc<Broker>,
+    shards: Vec<Shard>,
     shutdown: watch::Sender<bool>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     http: JoinHandle<()>,
@@ -42,6 +46,14 @@ pub struct Node {
 impl Node {
     /// Opens the data directory, starts every partition and binds the listeners.
     pub async fn start(config: NodeConfig) -> anyhow::Result<Node> {
+        Self::start_with_clock(config, Arc::new(SystemClock)).await
+    }
+
+    /// As [`Node::start`], with the clock injected (tests step it).
+    pub async fn start_with_clock(
+        config: NodeConfig,
+        clock: Arc<dyn tributary_types::Clock>,
+    ) -> anyhow::Result<Node> {
         let identity = identity::load_or_create(
             &config.data_dir,
             config.node_id,
@@ -67,8 +79,8 @@ impl Node {
             Broker::open(
                 NodeId(identity.node_id),
                 client_addr.to_string(),
-                shards,
-                Arc::new(SystemClock),
+                shards.clone(),
+                clock,
                 BrokerLimits {
                     partitions_per_hub_max: config.partitions_per_hub_max,
                     publish_bytes_max: config.publish_bytes_max,
@@ -117,6 +129,7 @@ impl Node {
             client_addr,
             http_addr,
             broker,
+            shards,
             shutdown,
             server,
             http,
@@ -131,6 +144,10 @@ impl Node {
         self.broker.shutdown().await;
         self.server.await??;
         self.http.await?;
+        drop(self.broker);
+        for shard in self.shards {
+            shard.close(SHARD_CLOSE_TIMEOUT).await?;
+        }
         tracing::info!("tributary node stopped");
         Ok(())
     }

@@ -65,6 +65,7 @@ pub struct Shard {
     tx: mpsc::Sender<Write>,
     counters: Arc<Counters>,
     path: Arc<PathBuf>,
+    writer: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 impl std::fmt::Debug for Shard {
@@ -101,8 +102,8 @@ impl Shard {
         });
         let writer_db = db.clone();
         let writer_counters = counters.clone();
-        std::thread::Builder::new()
-            .name(format!("storage-writer-{}", path.display()))
+        let writer = std::thread::Builder::new()
+            .name("storage-writer".to_string())
             .spawn(move || writer_loop(writer_db, rx, config, writer_counters))
             .map_err(StorageError::io)?;
         Ok(Shard {
@@ -110,7 +111,34 @@ impl Shard {
             tx,
             counters,
             path: Arc::new(path.to_path_buf()),
+            writer: Arc::new(std::sync::Mutex::new(Some(writer))),
         })
+    }
+
+    /// Closes the database once every other handle is gone: waits (up to `timeout`) for
+    /// other clones to drop, lets the writer finish queued writes, and releases the file.
+    pub async fn close(self, timeout: std::time::Duration) -> Result<(), StorageError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while Arc::strong_count(&self.writer) > 1 {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(StorageError::Io(format!(
+                    "storage shard {} is still in use after {timeout:?}",
+                    self.path.display()
+                )));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let Shard { db, tx, writer, .. } = self;
+        drop(tx);
+        drop(db);
+        let handle = writer.lock().expect("writer lock").take();
+        if let Some(handle) = handle {
+            tokio::task::spawn_blocking(move || handle.join())
+                .await
+                .map_err(StorageError::io)?
+                .map_err(|_| StorageError::Io("storage writer thread panicked".into()))?;
+        }
+        Ok(())
     }
 
     /// Queues a write; `done` runs on the writer thread once the transaction holding it has

@@ -5,6 +5,7 @@ pub mod position;
 pub mod state_machine;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -68,6 +69,7 @@ pub struct Partition {
     stamp: Mutex<MonotonicStamp>,
     clock: Arc<dyn Clock>,
     inflight: Semaphore,
+    read_calls: AtomicU64,
 }
 
 impl std::fmt::Debug for Partition {
@@ -119,6 +121,7 @@ impl Partition {
             stamp: Mutex::new(MonotonicStamp::new(floor)),
             clock,
             inflight: Semaphore::new(PARTITION_INFLIGHT_SENDS_MAX),
+            read_calls: AtomicU64::new(0),
         })
     }
 
@@ -206,6 +209,7 @@ impl Partition {
     /// Committed events from sequence `from`, at most `max_events`, never past the commit
     /// point the caller saw.
     pub fn read(&self, from: i64, max_events: usize) -> Result<Vec<ReadEvent>, PartitionError> {
+        self.read_calls.fetch_add(1, Ordering::Relaxed);
         let progress = self.progress();
         let mut out = Vec::new();
         let mut sequence = from.max(progress.begin_sequence);
@@ -263,6 +267,12 @@ impl Partition {
                 self.group
             ))),
         }
+    }
+
+    /// How many times readers have read this partition's storage; shows that a caught-up
+    /// reader waits for commits instead of polling.
+    pub fn read_calls(&self) -> u64 {
+        self.read_calls.load(Ordering::Relaxed)
     }
 
     pub async fn shutdown(&self) {

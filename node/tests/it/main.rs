@@ -1,0 +1,9 @@
+//! In-process tests of a node through its gRPC API: one integration binary for the crate.
+
+mod support;
+
+mod bad_input;
+mod keys;
+mod positions;
+mod receive;
+mod restart;
