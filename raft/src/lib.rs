@@ -18,4 +18,12 @@ pub mod openraft_api {
     pub use openraft::error::{ClientWriteError, ForwardToLeader, RaftError};
     pub use openraft::storage::{EntryResponder, RaftStateMachine};
     pub use openraft::{BasicNode, EntryPayload, RaftSnapshotBuilder, StoredMembership};
+
+    /// The storage type error openraft's test suite reports.
+    pub type StorageError = openraft::StorageError<crate::TypeConfig>;
+
+    /// openraft's conformance suite for storage implementations.
+    pub mod testing {
+        pub use openraft::testing::log::{StoreBuilder, Suite};
+    }
 }

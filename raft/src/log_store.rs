@@ -1,6 +1,8 @@
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use openraft::OptionalSend;
@@ -19,11 +21,21 @@ use crate::types::TypeConfig;
 pub struct LogStore {
     group: GroupId,
     shard: Shard,
+    /// First index openraft may read: one past the purged index. Purging keeps the rows
+    /// (they are the partition's data) but hides them from openraft.
+    first_readable: Arc<AtomicU64>,
 }
 
 impl LogStore {
-    pub fn new(group: GroupId, shard: Shard) -> Self {
-        Self { group, shard }
+    pub fn new(group: GroupId, shard: Shard) -> io::Result<Self> {
+        let mut store = Self {
+            group,
+            shard,
+            first_readable: Arc::new(AtomicU64::new(0)),
+        };
+        let purged: Option<LogIdOf<TypeConfig>> = store.read_meta(MetaKey::Purged)?;
+        store.first_readable = Arc::new(AtomicU64::new(purged.map_or(0, |id| id.index() + 1)));
+        Ok(store)
     }
 
     fn read_meta<T: serde::de::DeserializeOwned>(&self, key: MetaKey) -> io::Result<Option<T>> {
@@ -64,6 +76,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         range: RB,
     ) -> Result<Vec<EntryOf<TypeConfig>>, io::Error> {
         let (start, end) = bounds(&range);
+        let start = start.max(self.first_readable.load(Ordering::Acquire));
         self.shard
             .log_entries(self.group, start, end)?
             .iter()
@@ -85,8 +98,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             Some((_, bytes)) => Some(decode::<EntryOf<TypeConfig>>(&bytes)?.log_id()),
             None => None,
         };
+        // Rows at or below the purge point are kept as data but are not part of the log.
+        let last_log_id = match (last, last_purged_log_id) {
+            (Some(last), Some(purged)) if last.index() <= purged.index() => Some(purged),
+            (last, purged) => last.or(purged),
+        };
         Ok(LogState {
-            last_log_id: last.or(last_purged_log_id),
+            last_log_id,
             last_purged_log_id,
         })
     }
@@ -200,6 +218,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 Durability::Immediate,
             )
             .await?;
+        self.first_readable
+            .fetch_max(log_id.index() + 1, Ordering::AcqRel);
         Ok(())
     }
 }

@@ -532,3 +532,180 @@ fn apply_mutation(txn: &WriteTransaction, mutation: &Mutation) -> Result<(), Sto
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use tributary_types::{HubId, PartitionId};
+
+    use super::*;
+
+    fn group(p: u16) -> GroupId {
+        GroupId::new(HubId(1), PartitionId(p), 0)
+    }
+
+    fn put(p: u16, index: u64) -> Mutation {
+        Mutation::PutLog {
+            group: group(p),
+            index,
+            entry: Bytes::from(format!("entry {p}/{index}")),
+        }
+    }
+
+    fn open(dir: &tempfile::TempDir) -> Shard {
+        Shard::open(&dir.path().join("s.redb"), ShardConfig::default()).unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_writes_of_many_groups_share_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = open(&dir);
+        let writes = 400u64;
+        let tasks: Vec<_> = (0..writes)
+            .map(|i| {
+                let shard = shard.clone();
+                tokio::spawn(async move {
+                    shard
+                        .write(vec![put((i % 16) as u16, i)], Durability::Immediate)
+                        .await
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap().unwrap();
+        }
+        let stats = shard.stats();
+        assert_eq!(stats.writes, writes);
+        assert!(
+            stats.fsyncs < writes,
+            "group commit merges writes: {} fsyncs for {writes} writes",
+            stats.fsyncs
+        );
+        for i in 0..writes {
+            let entry = shard.log_entry(group((i % 16) as u16), i).unwrap().unwrap();
+            assert_eq!(entry, Bytes::from(format!("entry {}/{i}", i % 16)));
+        }
+    }
+
+    #[tokio::test]
+    async fn lazy_writes_are_visible_at_once_and_kept_with_the_next_immediate_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = open(&dir);
+        shard
+            .write(vec![put(0, 1)], Durability::Lazy)
+            .await
+            .unwrap();
+        assert!(shard.log_entry(group(0), 1).unwrap().is_some());
+        assert_eq!(shard.stats().fsyncs, 0);
+        shard
+            .write(vec![put(0, 2)], Durability::Immediate)
+            .await
+            .unwrap();
+        assert_eq!(shard.stats().fsyncs, 1);
+        shard
+            .close(std::time::Duration::from_secs(5))
+            .await
+            .unwrap();
+        let shard = open(&dir);
+        assert!(shard.log_entry(group(0), 1).unwrap().is_some());
+        assert!(shard.log_entry(group(0), 2).unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn truncate_purge_and_delete_touch_only_their_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = open(&dir);
+        let mut all = Vec::new();
+        for p in 0..3 {
+            for i in 1..=10 {
+                all.push(put(p, i));
+            }
+        }
+        shard.write(all, Durability::Immediate).await.unwrap();
+        shard
+            .write(
+                vec![
+                    Mutation::TruncateLogFrom {
+                        group: group(0),
+                        from: 8,
+                    },
+                    Mutation::PurgeLogThrough {
+                        group: group(1),
+                        through: 3,
+                    },
+                    Mutation::DeleteGroup { group: group(2) },
+                ],
+                Durability::Immediate,
+            )
+            .await
+            .unwrap();
+        let indexes = |p| {
+            shard
+                .log_entries(group(p), 0, 100)
+                .unwrap()
+                .into_iter()
+                .map(|(i, _)| i)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(indexes(0), (1..=7).collect::<Vec<_>>());
+        assert_eq!(indexes(1), (4..=10).collect::<Vec<_>>());
+        assert!(indexes(2).is_empty());
+        assert_eq!(shard.last_log_entry(group(0)).unwrap().unwrap().0, 7);
+    }
+
+    #[tokio::test]
+    async fn index_lookups_find_the_entry_holding_a_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = open(&dir);
+        let g = group(0);
+        let rows = [(0, 1, 0, 100, 3), (3, 2, 300, 200, 2), (5, 4, 500, 200, 1)];
+        let mutations = rows
+            .iter()
+            .map(
+                |&(first_sequence, log_index, first_offset, t, n)| Mutation::PutIndex {
+                    group: g,
+                    row: IndexRow {
+                        first_sequence,
+                        log_index,
+                        first_offset,
+                        enqueued_time_ms: t,
+                        event_count: n,
+                    },
+                },
+            )
+            .collect();
+        shard.write(mutations, Durability::Immediate).await.unwrap();
+        assert_eq!(
+            shard.index_for_sequence(g, 4).unwrap().unwrap().log_index,
+            2
+        );
+        assert_eq!(
+            shard.index_for_sequence(g, 0).unwrap().unwrap().log_index,
+            1
+        );
+        assert_eq!(shard.first_index(g).unwrap().unwrap().first_sequence, 0);
+        assert_eq!(shard.sequence_for_offset(g, 499).unwrap(), Some(3));
+        assert_eq!(shard.sequence_for_offset(g, -1).unwrap(), None);
+        assert_eq!(shard.sequence_for_time(g, 100, true).unwrap(), Some(0));
+        assert_eq!(shard.sequence_for_time(g, 100, false).unwrap(), Some(3));
+        assert_eq!(shard.sequence_for_time(g, 200, false).unwrap(), None);
+        shard
+            .write(
+                vec![Mutation::TruncateIndexFrom {
+                    group: g,
+                    from_sequence: 3,
+                }],
+                Durability::Immediate,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            shard
+                .index_for_sequence(g, 9)
+                .unwrap()
+                .unwrap()
+                .first_sequence,
+            0
+        );
+        assert_eq!(shard.sequence_for_time(g, 100, false).unwrap(), None);
+    }
+}

@@ -96,7 +96,7 @@ impl Partition {
     ) -> Result<Partition, PartitionError> {
         let (state_machine, progress) =
             PartitionStateMachine::open(group, shard.clone()).map_err(storage)?;
-        let log_store = LogStore::new(group, shard.clone());
+        let log_store = LogStore::new(group, shard.clone()).map_err(storage)?;
         let network = NetworkFactory::new(PeerRouter::default(), group);
         let raft = Raft::new(
             node_id.0,

@@ -354,3 +354,37 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tributary_raft::LogStore;
+    use tributary_raft::openraft_api::testing::{StoreBuilder, Suite};
+    use tributary_storage::ShardConfig;
+    use tributary_types::{HubId, PartitionId};
+
+    use super::*;
+
+    struct Builder;
+
+    impl StoreBuilder<TypeConfig, LogStore, PartitionStateMachine, tempfile::TempDir> for Builder {
+        async fn build(
+            &self,
+        ) -> Result<
+            (tempfile::TempDir, LogStore, PartitionStateMachine),
+            tributary_raft::openraft_api::StorageError,
+        > {
+            let dir = tempfile::tempdir().unwrap();
+            let shard = Shard::open(&dir.path().join("s.redb"), ShardConfig::default()).unwrap();
+            let group = GroupId::new(HubId(1), PartitionId(0), 0);
+            let log = LogStore::new(group, shard.clone()).unwrap();
+            let (sm, _) = PartitionStateMachine::open(group, shard).unwrap();
+            Ok((dir, log, sm))
+        }
+    }
+
+    /// openraft's own conformance suite for log storage and state machines.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn openraft_storage_suite() {
+        Suite::test_all(Builder).await.unwrap();
+    }
+}
