@@ -57,6 +57,8 @@ pub struct Broker {
     hubs: RwLock<HashMap<String, Arc<Hub>>>,
     /// Management operations run one at a time.
     management: tokio::sync::Mutex<()>,
+    /// Set when the node shuts down: open reader streams end so the server can drain.
+    closing: tokio::sync::watch::Sender<bool>,
 }
 
 impl Broker {
@@ -79,6 +81,7 @@ impl Broker {
             limits,
             hubs: RwLock::new(HashMap::new()),
             management: tokio::sync::Mutex::new(()),
+            closing: tokio::sync::watch::channel(false).0,
         };
         for record in broker.catalog.hubs()? {
             let hub = broker.start_hub(record).await?;
@@ -299,6 +302,17 @@ impl Broker {
         }
     }
 
+    /// Ends every open reader stream (they never end on their own).
+    pub fn close_readers(&self) {
+        self.closing.send_replace(true);
+    }
+
+    /// Becomes true when reader streams must end.
+    pub fn closing(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.closing.subscribe()
+    }
+
+    /// Stops every partition's Raft group.
     pub async fn shutdown(&self) {
         let partitions = self.all_partitions();
         join_all(partitions.iter().map(|p| p.shutdown())).await;

@@ -138,12 +138,13 @@ impl Node {
 
     /// Stops accepting, lets in-flight requests finish, stops every group and flushes.
     pub async fn shutdown(self) -> anyhow::Result<()> {
+        // Stop accepting, end reader streams (they never end by themselves), let in-flight
+        // sends finish, then stop the groups and close storage.
         let _ = self.shutdown.send(true);
-        // Open receive streams never end by themselves: close the partitions first so
-        // they finish, then wait for the server to drain.
-        self.broker.shutdown().await;
+        self.broker.close_readers();
         self.server.await??;
         self.http.await?;
+        self.broker.shutdown().await;
         drop(self.broker);
         for shard in self.shards {
             shard.close(SHARD_CLOSE_TIMEOUT).await?;

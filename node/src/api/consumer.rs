@@ -50,7 +50,8 @@ impl Consumer for ConsumerService {
         let position = convert::position(req.position)?;
         let start = partition.resolve(position).map_err(ApiError::from)?;
         let (tx, rx) = mpsc::channel(RECEIVE_STREAM_BATCHES_MAX);
-        tokio::spawn(stream_events(partition, start, max_batch, tx));
+        let closing = self.broker.closing();
+        tokio::spawn(stream_events(partition, start, max_batch, tx, closing));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
@@ -61,6 +62,7 @@ async fn stream_events(
     mut next: i64,
     max_batch: usize,
     tx: mpsc::Sender<Result<pb::ReceiveResponse, Status>>,
+    mut closing: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut progress = partition.subscribe();
     loop {
@@ -96,6 +98,16 @@ async fn stream_events(
                 }
             }
             _ = tx.closed() => return,
+            _ = async { closing.wait_for(|closing| *closing).await.map(|_| ()) } => {
+                let _ = tx
+                    .send(Err(ApiError::new(
+                        tributary_proto::ErrorReason::Unavailable,
+                        "the node is shutting down; reconnect to continue reading",
+                    )
+                    .into()))
+                    .await;
+                return;
+            }
         }
     }
 }

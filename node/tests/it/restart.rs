@@ -65,3 +65,29 @@ async fn a_deleted_hub_is_gone_and_its_name_can_be_reused() {
         0
     );
 }
+
+#[tokio::test]
+async fn shutdown_ends_open_readers_with_a_retryable_error() {
+    use futures::StreamExt;
+    let mut node = TestNode::start().await;
+    node.client
+        .create_event_hub("draining", 1, None)
+        .await
+        .unwrap();
+    let mut stream = node
+        .client
+        .consumer()
+        .receive("draining", "", "0", EventPosition::Latest, 0)
+        .await
+        .unwrap();
+    let restart = tokio::time::timeout(std::time::Duration::from_secs(30), node.restart());
+    restart
+        .await
+        .expect("shutdown is not held up by an open reader");
+    let err = stream.next().await.unwrap().unwrap_err();
+    assert_eq!(
+        err.reason(),
+        Some(tributary_client::ErrorReason::Unavailable)
+    );
+    assert!(err.to_string().contains("shutting down"), "{err}");
+}
