@@ -19,6 +19,8 @@ use tributary_types::{
 use crate::api::error::ApiError;
 use crate::catalog::{Catalog, HubRecord};
 use crate::partition::Partition;
+use crate::partition::state_machine::PartitionStateMachine;
+use tributary_raft::{GroupHost, PeerRouter};
 
 /// Limits the broker enforces; validated once at startup.
 #[derive(Debug, Clone)]
@@ -48,7 +50,7 @@ impl Hub {
 }
 
 pub struct Broker {
-    node_id: NodeId,
+    host: Arc<GroupHost<PartitionStateMachine>>,
     node_addr: String,
     shards: Vec<Shard>,
     catalog: Catalog,
@@ -73,7 +75,7 @@ impl Broker {
         assert!(!shards.is_empty(), "a node has at least one storage shard");
         let catalog = Catalog::new(shards[0].clone());
         let broker = Broker {
-            node_id,
+            host: GroupHost::new(node_id, PeerRouter::default()),
             node_addr,
             shards,
             catalog,
@@ -100,9 +102,9 @@ impl Broker {
         let opens = (0..record.partition_count).map(|p| {
             let group = GroupId::new(record.id, PartitionId(p), 0);
             Partition::open(
+                &self.host,
                 group,
                 self.shard_for(group),
-                self.node_id,
                 &self.node_addr,
                 self.clock.clone(),
             )
@@ -207,7 +209,7 @@ impl Broker {
         self.catalog.delete_hub(name).await.map_err(internal)?;
         self.hubs.write().expect("hubs lock").remove(name);
         for partition in &hub.partitions {
-            partition.shutdown().await;
+            self.host.stop(partition.group).await;
             self.shard_for(partition.group)
                 .write(
                     vec![Mutation::DeleteGroup {
@@ -314,8 +316,7 @@ impl Broker {
 
     /// Stops every partition's Raft group.
     pub async fn shutdown(&self) {
-        let partitions = self.all_partitions();
-        join_all(partitions.iter().map(|p| p.shutdown())).await;
+        self.host.stop_all().await;
     }
 
     pub fn hub_id_of(&self, name: &str) -> Option<HubId> {

@@ -2,10 +2,12 @@
 //! redb-backed log store, and the network router shared by all groups of a node. An
 //! openraft alpha bump should touch this crate only.
 
+mod host;
 mod log_store;
 mod network;
 mod types;
 
+pub use host::{GroupHost, HostError};
 pub use log_store::{LogStore, decode_entry, encode_entry};
 pub use network::{NetworkFactory, PeerRouter};
 pub use types::{

@@ -10,11 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Semaphore, watch};
-use tributary_raft::openraft_api::{BasicNode, ClientWriteError, RaftError};
-use tributary_raft::{
-    AppendBatch, LogStore, NetworkFactory, PeerRouter, Proposal, ProposalResult, Raft,
-    decode_entry, group_config,
-};
+use tributary_raft::openraft_api::{ClientWriteError, RaftError};
+use tributary_raft::{AppendBatch, GroupHost, Proposal, ProposalResult, Raft, decode_entry};
 use tributary_storage::Shard;
 use tributary_types::{Clock, GroupId, MonotonicStamp, NodeId};
 
@@ -85,32 +82,23 @@ fn storage(err: impl std::fmt::Display) -> PartitionError {
 }
 
 impl Partition {
-    /// Starts the partition's Raft group; a group that has never run is initialized with
-    /// this node as its only voter.
+    /// Starts the partition's Raft group on `host`; a group that has never run is
+    /// initialized with this node as its only voter.
     pub async fn open(
+        host: &GroupHost<PartitionStateMachine>,
         group: GroupId,
         shard: Shard,
-        node_id: NodeId,
         node_addr: &str,
         clock: Arc<dyn Clock>,
     ) -> Result<Partition, PartitionError> {
         let (state_machine, progress) =
             PartitionStateMachine::open(group, shard.clone()).map_err(storage)?;
-        let log_store = LogStore::new(group, shard.clone()).map_err(storage)?;
-        let network = NetworkFactory::new(PeerRouter::default(), group);
-        let raft = Raft::new(
-            node_id.0,
-            group_config("tributary"),
-            network,
-            log_store,
-            state_machine,
-        )
-        .await
-        .map_err(storage)?;
-        if !raft.is_initialized().await.map_err(storage)? {
-            let members = BTreeMap::from([(node_id.0, BasicNode::new(node_addr))]);
-            raft.initialize(members).await.map_err(storage)?;
-        }
+        let node_id = host.node_id();
+        let members = BTreeMap::from([(node_id, node_addr.to_string())]);
+        let raft = host
+            .start(group, shard.clone(), state_machine, members)
+            .await
+            .map_err(storage)?;
         let floor = progress.borrow().last_time_ms;
         Ok(Partition {
             group,
@@ -273,12 +261,6 @@ impl Partition {
     /// reader waits for commits instead of polling.
     pub fn read_calls(&self) -> u64 {
         self.read_calls.load(Ordering::Relaxed)
-    }
-
-    pub async fn shutdown(&self) {
-        if let Err(err) = self.raft.shutdown().await {
-            tracing::warn!(group = %self.group, %err, "raft shutdown failed");
-        }
     }
 
     /// Builds a snapshot now (used by tests and, later, retention).

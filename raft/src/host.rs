@@ -1,0 +1,127 @@
+//! The groups a node runs, keyed by [`GroupId`]. Starting, finding and stopping a group
+//! goes through here; the peer transport (replication issue) dispatches incoming messages
+//! with [`GroupHost::get`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+
+use openraft::BasicNode;
+use openraft::storage::RaftStateMachine;
+use tributary_storage::Shard;
+use tributary_types::{GroupId, NodeId};
+
+use crate::log_store::LogStore;
+use crate::network::{NetworkFactory, PeerRouter};
+use crate::types::{Raft, SnapshotData, TypeConfig, group_config};
+
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("group {0} is already running on this node")]
+    AlreadyRunning(GroupId),
+    #[error("cannot start group {group}: {message}")]
+    Start { group: GroupId, message: String },
+}
+
+/// Runs many Raft groups of one state-machine type on one node, sharing one router.
+pub struct GroupHost<SM>
+where
+    SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
+{
+    node_id: NodeId,
+    router: PeerRouter,
+    groups: RwLock<HashMap<GroupId, Raft<SM>>>,
+}
+
+impl<SM> GroupHost<SM>
+where
+    SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
+{
+    pub fn new(node_id: NodeId, router: PeerRouter) -> Arc<Self> {
+        Arc::new(Self {
+            node_id,
+            router,
+            groups: RwLock::new(HashMap::new()),
+        })
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+
+    /// Starts a group whose log lives in `shard`. A group that has never run is initialized
+    /// with `initial_members` as its voters.
+    pub async fn start(
+        &self,
+        group: GroupId,
+        shard: Shard,
+        state_machine: SM,
+        initial_members: BTreeMap<NodeId, String>,
+    ) -> Result<Raft<SM>, HostError> {
+        let start_error = |message: String| HostError::Start { group, message };
+        if self.get(group).is_some() {
+            return Err(HostError::AlreadyRunning(group));
+        }
+        let log_store = LogStore::new(group, shard).map_err(|e| start_error(e.to_string()))?;
+        let network = NetworkFactory::new(self.router.clone(), group);
+        let raft = Raft::new(
+            self.node_id.0,
+            group_config("tributary"),
+            network,
+            log_store,
+            state_machine,
+        )
+        .await
+        .map_err(|e| start_error(e.to_string()))?;
+        if !raft
+            .is_initialized()
+            .await
+            .map_err(|e| start_error(e.to_string()))?
+        {
+            let members: BTreeMap<u64, BasicNode> = initial_members
+                .into_iter()
+                .map(|(id, addr)| (id.0, BasicNode::new(addr)))
+                .collect();
+            raft.initialize(members)
+                .await
+                .map_err(|e| start_error(e.to_string()))?;
+        }
+        let mut groups = self.groups.write().expect("groups lock");
+        if groups.contains_key(&group) {
+            return Err(HostError::AlreadyRunning(group));
+        }
+        groups.insert(group, raft.clone());
+        Ok(raft)
+    }
+
+    pub fn get(&self, group: GroupId) -> Option<Raft<SM>> {
+        self.groups
+            .read()
+            .expect("groups lock")
+            .get(&group)
+            .cloned()
+    }
+
+    pub fn group_ids(&self) -> Vec<GroupId> {
+        self.groups
+            .read()
+            .expect("groups lock")
+            .keys()
+            .copied()
+            .collect()
+    }
+
+    /// Stops a group; its stored state stays until the caller deletes it.
+    pub async fn stop(&self, group: GroupId) {
+        let raft = self.groups.write().expect("groups lock").remove(&group);
+        if let Some(raft) = raft
+            && let Err(err) = raft.shutdown().await
+        {
+            tracing::warn!(%group, %err, "raft group did not shut down cleanly");
+        }
+    }
+
+    /// Stops every group.
+    pub async fn stop_all(&self) {
+        futures::future::join_all(self.group_ids().into_iter().map(|g| self.stop(g))).await;
+    }
+}
