@@ -1,1 +1,20 @@
+//! Support for tests that run the real `tributary` binary as separate processes on
+//! 127.0.0.1: find the binary, start and stop nodes, run CLI commands, seed randomness.
+//!
+//! The tests themselves live in `tests/it/` (one integration-test binary). Build the
+//! binary first with `cargo build --bin tributary` (`scripts/test` does).
 
+mod binary;
+mod http;
+mod node_process;
+mod seed;
+mod test_dir;
+
+pub use binary::{
+    CLI_TIMEOUT, binary_path, cli, cli_ok, describe_output, output_within, tributary_command,
+    workspace_dir,
+};
+pub use http::{HttpResponse, http_get};
+pub use node_process::{NodeProcess, READY_TIMEOUT, free_port};
+pub use seed::test_seed;
+pub use test_dir::TestDir;

@@ -26,6 +26,8 @@ pub mod openraft_api {
 
     /// openraft's conformance suite for storage implementations.
     pub mod testing {
+        pub use openraft::entry::RaftEntry;
         pub use openraft::testing::log::{StoreBuilder, Suite};
+        pub use openraft::testing::{log_id, membership_ent};
     }
 }

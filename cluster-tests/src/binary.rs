@@ -1,0 +1,105 @@
+//! Where the `tributary` binary is, and running it as a CLI.
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+/// How long one CLI command may run before the test gives up on it.
+pub const CLI_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The workspace root: the parent of this crate's folder.
+pub fn workspace_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("cluster-tests/ sits inside the workspace")
+        .to_path_buf()
+}
+
+/// `$TRIBUTARY_BIN` if set, else `<target dir>/debug/tributary`, where the target dir is
+/// `$CARGO_TARGET_DIR` (relative to the workspace when relative) or `<workspace>/target`.
+///
+/// Panics with instructions when the binary is missing: these tests run the real binary and
+/// do not build it themselves.
+pub fn binary_path() -> PathBuf {
+    let path = match std::env::var_os("TRIBUTARY_BIN") {
+        Some(path) => PathBuf::from(path),
+        None => {
+            let target_dir = match std::env::var_os("CARGO_TARGET_DIR") {
+                Some(dir) => workspace_dir().join(dir),
+                None => workspace_dir().join("target"),
+            };
+            target_dir.join("debug").join("tributary")
+        }
+    };
+    assert!(
+        path.is_file(),
+        "the tributary binary is missing at {}; build it with `cargo build --bin tributary` \
+         (or point TRIBUTARY_BIN at a built binary)",
+        path.display()
+    );
+    path
+}
+
+/// A command running the binary with a clean environment: no inherited `TRIBUTARY_*`
+/// settings (they would override nothing we pass but could add settings we do not expect),
+/// except `TRIBUTARY_LOG` for debugging; no colours in logs. Killed if dropped.
+pub fn tributary_command() -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(binary_path());
+    for (name, _) in std::env::vars_os() {
+        let name_text = name.to_string_lossy();
+        if name_text.starts_with("TRIBUTARY_") && name_text != "TRIBUTARY_LOG" {
+            command.env_remove(&name);
+        }
+    }
+    command
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+/// Runs `tributary --endpoint <endpoint> <args...>` and returns its output. Panics if it
+/// does not finish within [`CLI_TIMEOUT`].
+pub async fn cli(endpoint: &str, args: &[&str]) -> Output {
+    let mut command = tributary_command();
+    command.arg("--endpoint").arg(endpoint).args(args);
+    output_within(command, CLI_TIMEOUT).await
+}
+
+/// Like [`cli`], for a command that must succeed: panics with its output otherwise, and
+/// returns its stdout.
+pub async fn cli_ok(endpoint: &str, args: &[&str]) -> String {
+    let output = cli(endpoint, args).await;
+    assert!(
+        output.status.success(),
+        "`tributary {}` failed: {}",
+        args.join(" "),
+        describe_output(&output)
+    );
+    String::from_utf8(output.stdout).expect("the CLI prints UTF-8")
+}
+
+/// Exit status, stdout and stderr, for assertion messages.
+pub fn describe_output(output: &Output) -> String {
+    format!(
+        "{}
+--- stdout:\n{}--- stderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Runs `command` to completion, capturing stdout and stderr. Panics if it cannot be started
+/// or is still running after `timeout` (it is then killed).
+pub async fn output_within(mut command: tokio::process::Command, timeout: Duration) -> Output {
+    let described = format!("{:?}", command.as_std());
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {described}: {e}"));
+    match tokio::time::timeout(timeout, child.wait_with_output()).await {
+        Ok(output) => output.unwrap_or_else(|e| panic!("cannot wait for {described}: {e}")),
+        Err(_elapsed) => panic!("{described} still ran after {timeout:?}; killed it"),
+    }
+}

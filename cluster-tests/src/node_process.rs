@@ -1,0 +1,316 @@
+//! One `tributary serve` process on 127.0.0.1, started, stopped and restarted by a test.
+
+use std::collections::HashSet;
+use std::fs::OpenOptions;
+use std::io::Write as _;
+use std::net::{SocketAddr, TcpListener};
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::process::Child;
+use tokio::time::Instant;
+
+use crate::binary::tributary_command;
+use crate::http::http_get;
+
+/// How long a node may take from spawn to answering `/readyz` with 200.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a signalled node may take to exit.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Pause between two readiness probes.
+const READY_POLL_INTERVAL: Duration = Duration::from_millis(25);
+/// Starts on fresh ports after the previous ports turned out to be taken.
+const START_ATTEMPTS_MAX: u32 = 5;
+/// Log lines shown when a node fails or a test panics.
+const LOG_TAIL_LINES: usize = 40;
+
+/// A running (or stopped) `tributary serve` on a data directory. Its stdout and stderr go to
+/// `<data dir>.log` beside the data directory; every start appends to it. Dropping it kills
+/// the process, and when the test is failing prints the log's path and tail.
+pub struct NodeProcess {
+    data_dir: PathBuf,
+    extra_args: Vec<String>,
+    client_port: u16,
+    http_port: u16,
+    log_path: PathBuf,
+    /// Where the current run's output starts in the log.
+    run_log_start: u64,
+    child: Option<Child>,
+}
+
+enum Readiness {
+    Ready,
+    Exited(ExitStatus),
+}
+
+impl NodeProcess {
+    /// Starts a node on `data_dir` on free ports and waits until it is ready.
+    pub async fn start(data_dir: &Path) -> NodeProcess {
+        NodeProcess::start_with_args(data_dir, &[]).await
+    }
+
+    /// Like [`NodeProcess::start`], with more `serve` flags (e.g. `--cluster-id alpha`).
+    pub async fn start_with_args(data_dir: &Path, extra_args: &[&str]) -> NodeProcess {
+        let name = data_dir
+            .file_name()
+            .expect("the data directory has a name")
+            .to_string_lossy();
+        let log_path = data_dir.with_file_name(format!("{name}.log"));
+        let mut node = NodeProcess {
+            data_dir: data_dir.to_path_buf(),
+            extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
+            client_port: 0,
+            http_port: 0,
+            log_path,
+            run_log_start: 0,
+            child: None,
+        };
+        for attempt in 1..=START_ATTEMPTS_MAX {
+            node.client_port = free_port();
+            node.http_port = free_port();
+            node.spawn();
+            match node.ready_or_exit().await {
+                Readiness::Ready => return node,
+                Readiness::Exited(_) if attempt < START_ATTEMPTS_MAX && node.port_was_taken() => {
+                    eprintln!("a port was taken meanwhile; starting again on other ports");
+                }
+                Readiness::Exited(status) => {
+                    panic!(
+                        "{}",
+                        node.failure(&format!("node exited during start: {status}"))
+                    )
+                }
+            }
+        }
+        unreachable!("the last attempt either returns or panics")
+    }
+
+    /// `http://127.0.0.1:<client port>`, for the SDK and `--endpoint`.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    pub fn http_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.http_port))
+    }
+
+    /// `http://127.0.0.1:<http port>/metrics`.
+    pub fn metrics_url(&self) -> String {
+        format!("http://{}/metrics", self.http_addr())
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    /// The process id while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(Child::id)
+    }
+
+    /// Waits until `/readyz` answers 200 (every partition has a leader). Panics, showing the
+    /// log, if the process exits first or [`READY_TIMEOUT`] passes.
+    pub async fn wait_ready(&mut self) {
+        if let Readiness::Exited(status) = self.ready_or_exit().await {
+            panic!(
+                "{}",
+                self.failure(&format!("node exited before it was ready: {status}"))
+            );
+        }
+    }
+
+    /// Panics, showing the log, if the process is no longer running: call before blaming
+    /// the node for a failed request (something outside the test may have stopped it).
+    pub fn assert_running(&mut self) {
+        if self.child.is_none() {
+            panic!("{}", self.failure("the node is not running"));
+        }
+        if let Some(status) = self.try_wait() {
+            panic!(
+                "{}",
+                self.failure(&format!("the node exited unexpectedly: {status}"))
+            );
+        }
+    }
+
+    /// SIGKILL: the process dies at once, as in a crash or power loss of the process.
+    pub async fn kill9(&mut self) {
+        let status = self.signal_and_wait(Signal::SIGKILL).await;
+        assert_eq!(
+            status.signal(),
+            Some(Signal::SIGKILL as i32),
+            "{}",
+            self.failure(&format!("node had exited before SIGKILL: {status}"))
+        );
+    }
+
+    /// SIGTERM, then waits for the node to shut down; returns its exit status.
+    pub async fn terminate(&mut self) -> ExitStatus {
+        self.signal_and_wait(Signal::SIGTERM).await
+    }
+
+    /// Starts the stopped node again on the same data directory and ports, and waits until
+    /// it is ready.
+    pub async fn restart(&mut self) {
+        assert!(
+            self.child.is_none(),
+            "restart() needs a stopped node: call kill9() or terminate() first"
+        );
+        self.spawn();
+        self.wait_ready().await;
+    }
+
+    fn spawn(&mut self) {
+        let mut log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .unwrap_or_else(|e| panic!("cannot open {}: {e}", self.log_path.display()));
+        let mut command = tributary_command();
+        command
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .arg("--client-addr")
+            .arg(format!("127.0.0.1:{}", self.client_port))
+            .arg("--http-addr")
+            .arg(format!("127.0.0.1:{}", self.http_port))
+            .args(&self.extra_args);
+        let described = format!("{:?}", command.as_std());
+        writeln!(log, "=== cluster-tests: starting {described}").expect("log is writable");
+        self.run_log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
+        let stdout = log.try_clone().expect("log handle can be cloned");
+        command.stdout(stdout).stderr(log);
+        let child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {described}: {e}"));
+        eprintln!(
+            "node pid {} serving {} (http {}), data {}, log {}",
+            child.id().unwrap_or(0),
+            self.endpoint(),
+            self.http_addr(),
+            self.data_dir.display(),
+            self.log_path.display()
+        );
+        self.child = Some(child);
+    }
+
+    async fn ready_or_exit(&mut self) -> Readiness {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Some(status) = self.try_wait() {
+                return Readiness::Exited(status);
+            }
+            let ready =
+                matches!(http_get(self.http_addr(), "/readyz").await, Ok(r) if r.status == 200);
+            // The probe may have reached another process that holds our port; the node is
+            // only ready if it is still alive after answering.
+            if ready {
+                if let Some(status) = self.try_wait() {
+                    return Readiness::Exited(status);
+                }
+                return Readiness::Ready;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}",
+                self.failure(&format!("node not ready after {READY_TIMEOUT:?}"))
+            );
+            tokio::time::sleep(READY_POLL_INTERVAL).await;
+        }
+    }
+
+    /// The exit status if the process has exited (and then forgets the child).
+    fn try_wait(&mut self) -> Option<ExitStatus> {
+        let child = self.child.as_mut().expect("the node was started");
+        let status = child.try_wait().expect("the child can be polled")?;
+        self.child = None;
+        Some(status)
+    }
+
+    async fn signal_and_wait(&mut self, signal: Signal) -> ExitStatus {
+        let Some(mut child) = self.child.take() else {
+            panic!("cannot send {signal} to a node that is not running");
+        };
+        if let Some(pid) = child.id() {
+            self.note(&format!("sending {signal}"));
+            let pid = Pid::from_raw(i32::try_from(pid).expect("pids fit in i32"));
+            // The process may have just exited by itself (ESRCH): waiting tells.
+            let _ = kill(pid, signal);
+        }
+        match tokio::time::timeout(EXIT_TIMEOUT, child.wait()).await {
+            Ok(status) => status.expect("the child can be waited for"),
+            Err(_elapsed) => {
+                let _ = child.start_kill();
+                panic!(
+                    "{}",
+                    self.failure(&format!("node still ran {EXIT_TIMEOUT:?} after {signal}"))
+                )
+            }
+        }
+    }
+
+    fn note(&self, text: &str) {
+        if let Ok(mut log) = OpenOptions::new().append(true).open(&self.log_path) {
+            let _ = writeln!(log, "=== cluster-tests: {text}");
+        }
+    }
+
+    fn run_log(&self) -> String {
+        let text = std::fs::read(&self.log_path).unwrap_or_default();
+        let start = usize::try_from(self.run_log_start)
+            .unwrap_or(0)
+            .min(text.len());
+        String::from_utf8_lossy(&text[start..]).into_owned()
+    }
+
+    fn port_was_taken(&self) -> bool {
+        self.run_log().contains("cannot listen on")
+    }
+
+    /// `what`, the log's path and the tail of the current run's output.
+    fn failure(&self, what: &str) -> String {
+        let log = self.run_log();
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
+        format!(
+            "{what}\nnode log {} ends with:\n{tail}",
+            self.log_path.display()
+        )
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.start_kill();
+        }
+        if std::thread::panicking() {
+            eprintln!("{}", self.failure("test failed"));
+        }
+    }
+}
+
+/// A port on 127.0.0.1 that was free a moment ago, and not handed out before by this
+/// process (so concurrent tests never pick the same one). Another process may still take
+/// it before the node binds it; [`NodeProcess::start`] then starts again on other ports.
+pub fn free_port() -> u16 {
+    static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("can bind a port on 127.0.0.1");
+        let port = listener.local_addr().expect("bound").port();
+        let mut handed_out = HANDED_OUT.lock().expect("not poisoned");
+        if handed_out.get_or_insert_with(HashSet::new).insert(port) {
+            return port;
+        }
+    }
+}

@@ -1,0 +1,8 @@
+//! Tests that run the real `tributary` binary as separate processes on 127.0.0.1.
+//! Build the binary first: `cargo build --bin tributary` (or set `TRIBUTARY_BIN`).
+
+mod bench;
+mod cli;
+mod crash;
+mod data_dir;
+mod help;
