@@ -2,9 +2,14 @@
 //! system `protoc`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let file = "proto/tributary/v1/tributary.proto";
-    println!("cargo:rerun-if-changed={file}");
-    let descriptors = protox::compile([file], ["proto"])?;
+    let files = [
+        "proto/tributary/v1/tributary.proto",
+        "proto/tributary/peer/v1/peer.proto",
+    ];
+    for file in files {
+        println!("cargo:rerun-if-changed={file}");
+    }
+    let descriptors = protox::compile(files, ["proto"])?;
     tonic_prost_build::configure()
         .bytes(".")
         .compile_fds(descriptors)?;

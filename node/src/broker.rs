@@ -20,7 +20,7 @@ use crate::api::error::ApiError;
 use crate::catalog::{Catalog, HubRecord};
 use crate::partition::Partition;
 use crate::partition::state_machine::PartitionStateMachine;
-use tributary_raft::{GroupHost, PeerRouter};
+use tributary_raft::{GroupHost, PeerRouter, TcpConnector};
 
 /// Limits the broker enforces; validated once at startup.
 #[derive(Debug, Clone)]
@@ -75,7 +75,7 @@ impl Broker {
         assert!(!shards.is_empty(), "a node has at least one storage shard");
         let catalog = Catalog::new(shards[0].clone());
         let broker = Broker {
-            host: GroupHost::new(node_id, PeerRouter::default()),
+            host: GroupHost::new(node_id, PeerRouter::new(node_id.0, TcpConnector)),
             node_addr,
             shards,
             catalog,

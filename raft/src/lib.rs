@@ -5,11 +5,13 @@
 mod host;
 mod log_store;
 mod network;
+mod peer_service;
 mod types;
 
 pub use host::{GroupHost, HostError};
 pub use log_store::{LogStore, decode_entry, encode_entry};
-pub use network::{NetworkFactory, PeerRouter};
+pub use network::{Connector, NetworkFactory, PEER_MESSAGE_BYTES_MAX, PeerRouter, TcpConnector};
+pub use peer_service::PeerService;
 pub use types::{
     AppendBatch, AppendOutcome, Entry, LogId, Proposal, ProposalResult, Raft, Snapshot,
     SnapshotData, SnapshotMeta, StoredMembership, TypeConfig, group_config,

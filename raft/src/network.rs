@@ -1,27 +1,168 @@
-use std::future::Future;
+//! The peer transport: every group's Raft messages to a node share one HTTP/2 connection
+//! (a tonic channel) to that node's peer port, tagged with the group id. The router takes a
+//! [`Connector`] instead of dialing sockets itself, so tests can run it over a simulated
+//! network.
 
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
 use openraft::OptionalSend;
 use openraft::alias::{SnapshotOf, VoteOf};
 use openraft::error::{RPCError, ReplicationClosed, StreamingError, Unreachable};
-use openraft::network::{RPCOption, RaftNetworkFactory};
+use openraft::network::{Backoff, RPCOption, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft_multi::{GroupNetworkAdapter, GroupNetworkFactory, GroupRouter};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tonic::transport::{Channel, Endpoint};
+use tributary_proto::peer::raft_peer_client::RaftPeerClient;
+use tributary_proto::peer::{GroupMessage, MessageKind, group_reply};
 use tributary_types::GroupId;
 
+use crate::log_store::{decode, encode};
 use crate::types::{SnapshotData, TypeConfig};
 
-/// Routes the Raft messages of every group on this node to peer nodes over one shared
-/// transport. A single-node cluster has no peers: every group is its only voter, so nothing
-/// is ever sent, and a message to an unknown node reports it unreachable.
-#[derive(Debug, Clone, Default)]
-pub struct PeerRouter {}
+/// Largest peer message (a whole snapshot travels in one message for now).
+pub const PEER_MESSAGE_BYTES_MAX: usize = 512 * 1024 * 1024;
 
-fn unreachable(target: u64) -> Unreachable<TypeConfig> {
+/// Makes the channel to a peer's address. The default dials TCP; simulations supply their
+/// own.
+pub trait Connector: Send + Sync + 'static {
+    fn channel(&self, addr: &str) -> Result<Channel, String>;
+}
+
+/// Dials peers over TCP, lazily, reconnecting as needed.
+#[derive(Debug, Default)]
+pub struct TcpConnector;
+
+impl Connector for TcpConnector {
+    fn channel(&self, addr: &str) -> Result<Channel, String> {
+        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| format!("bad peer address {addr:?}: {e}"))?
+            .connect_timeout(Duration::from_secs(2))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_timeout(Duration::from_secs(5));
+        Ok(endpoint.connect_lazy())
+    }
+}
+
+struct RouterInner {
+    node_id: u64,
+    connector: Box<dyn Connector>,
+    /// Peer address of every node this node has been told about.
+    addresses: RwLock<HashMap<u64, String>>,
+    /// One channel (one HTTP/2 connection) per peer node, shared by all groups.
+    channels: RwLock<HashMap<u64, (String, Channel)>>,
+}
+
+/// Routes the Raft messages of every group on this node to peer nodes. Cheap to clone.
+#[derive(Clone)]
+pub struct PeerRouter {
+    inner: Arc<RouterInner>,
+}
+
+impl std::fmt::Debug for PeerRouter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerRouter")
+            .field("node_id", &self.inner.node_id)
+            .finish()
+    }
+}
+
+impl PeerRouter {
+    pub fn new(node_id: u64, connector: impl Connector) -> Self {
+        Self {
+            inner: Arc::new(RouterInner {
+                node_id,
+                connector: Box::new(connector),
+                addresses: RwLock::new(HashMap::new()),
+                channels: RwLock::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// Records (or updates) a node's peer address.
+    pub fn set_address(&self, node: u64, addr: &str) {
+        let mut addresses = self.inner.addresses.write().expect("addresses lock");
+        if addresses.get(&node).map(String::as_str) != Some(addr) {
+            addresses.insert(node, addr.to_string());
+        }
+    }
+
+    fn channel(&self, target: u64) -> Result<Channel, Unreachable<TypeConfig>> {
+        let addr = self
+            .inner
+            .addresses
+            .read()
+            .expect("addresses lock")
+            .get(&target)
+            .cloned()
+            .ok_or_else(|| unreachable(format!("no peer address known for node {target}")))?;
+        if let Some((known, channel)) = self
+            .inner
+            .channels
+            .read()
+            .expect("channels lock")
+            .get(&target)
+            && *known == addr
+        {
+            return Ok(channel.clone());
+        }
+        let channel = self.inner.connector.channel(&addr).map_err(unreachable)?;
+        self.inner
+            .channels
+            .write()
+            .expect("channels lock")
+            .insert(target, (addr, channel.clone()));
+        Ok(channel)
+    }
+
+    async fn call<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        target: u64,
+        group: GroupId,
+        kind: MessageKind,
+        request: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, Unreachable<TypeConfig>> {
+        let payload = encode(request).map_err(unreachable)?;
+        let message = GroupMessage {
+            group: group.to_u64(),
+            kind: kind as i32,
+            payload,
+            from_node: self.inner.node_id,
+        };
+        let mut client = RaftPeerClient::new(self.channel(target)?)
+            .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);
+        let mut request = tonic::Request::new(message);
+        request.set_timeout(timeout);
+        let reply = client
+            .call(request)
+            .await
+            .map_err(|status| unreachable(format!("node {target}: {}", status.message())))?
+            .into_inner();
+        match reply.result {
+            Some(group_reply::Result::Payload(bytes)) => decode(&bytes).map_err(unreachable),
+            Some(group_reply::Result::Error(message)) => {
+                Err(unreachable(format!("node {target}: {message}")))
+            }
+            None => Err(unreachable(format!("node {target} sent an empty reply"))),
+        }
+    }
+}
+
+fn unreachable(err: impl std::fmt::Display) -> Unreachable<TypeConfig> {
     Unreachable::new(&std::io::Error::new(
         std::io::ErrorKind::NotConnected,
-        format!("no peer transport to node {target}"),
+        err.to_string(),
     ))
 }
 
@@ -31,43 +172,90 @@ impl GroupRouter<TypeConfig, GroupId> for PeerRouter {
     async fn append_entries(
         &self,
         target: u64,
-        _group: GroupId,
-        _rpc: AppendEntriesRequest<TypeConfig>,
-        _option: RPCOption,
+        group: GroupId,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        Err(RPCError::Unreachable(unreachable(target)))
+        Ok(self
+            .call(
+                target,
+                group,
+                MessageKind::AppendEntries,
+                &rpc,
+                option.soft_ttl(),
+            )
+            .await?)
     }
 
     async fn vote(
         &self,
         target: u64,
-        _group: GroupId,
-        _rpc: VoteRequest<TypeConfig>,
-        _option: RPCOption,
+        group: GroupId,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        Err(RPCError::Unreachable(unreachable(target)))
+        Ok(self
+            .call(target, group, MessageKind::Vote, &rpc, option.soft_ttl())
+            .await?)
     }
 
     async fn pre_vote(
         &self,
         target: u64,
-        _group: GroupId,
-        _rpc: VoteRequest<TypeConfig>,
-        _option: RPCOption,
+        group: GroupId,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        Err(RPCError::Unreachable(unreachable(target)))
+        Ok(self
+            .call(target, group, MessageKind::PreVote, &rpc, option.soft_ttl())
+            .await?)
     }
 
     async fn full_snapshot(
         &self,
         target: u64,
-        _group: GroupId,
-        _vote: VoteOf<TypeConfig>,
-        _snapshot: SnapshotOf<TypeConfig, SnapshotData>,
+        group: GroupId,
+        vote: VoteOf<TypeConfig>,
+        snapshot: SnapshotOf<TypeConfig, SnapshotData>,
         _cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
-        _option: RPCOption,
+        option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        Err(StreamingError::Unreachable(unreachable(target)))
+        let request = (
+            vote,
+            snapshot.meta,
+            Bytes::from(snapshot.snapshot.into_inner()),
+        );
+        Ok(self
+            .call(
+                target,
+                group,
+                MessageKind::FullSnapshot,
+                &request,
+                option.hard_ttl(),
+            )
+            .await?)
+    }
+
+    async fn transfer_leader(
+        &self,
+        target: u64,
+        group: GroupId,
+        req: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        Ok(self
+            .call(
+                target,
+                group,
+                MessageKind::TransferLeader,
+                &req,
+                option.soft_ttl(),
+            )
+            .await?)
+    }
+
+    fn backoff(&self) -> Option<Backoff> {
+        Some(Backoff::new(std::iter::repeat(Duration::from_millis(200))))
     }
 }
 
@@ -77,7 +265,8 @@ pub type NetworkFactory = GroupNetworkFactory<PeerRouter, GroupId>;
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = GroupNetworkAdapter<TypeConfig, GroupId, PeerRouter>;
 
-    async fn new_client(&mut self, target: u64, _node: &openraft::BasicNode) -> Self::Network {
+    async fn new_client(&mut self, target: u64, node: &openraft::BasicNode) -> Self::Network {
+        self.factory.set_address(target, &node.addr);
         GroupNetworkAdapter::new(self.factory.clone(), target, self.group_id)
     }
 }

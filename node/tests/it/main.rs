@@ -6,4 +6,5 @@ mod bad_input;
 mod keys;
 mod positions;
 mod receive;
+mod replication;
 mod restart;

@@ -1,0 +1,128 @@
+//! The receiving end of the peer transport: decodes each group-tagged message and hands it
+//! to the group, if this node hosts it. Unknown groups (or stale incarnations) are an error
+//! reply, never an auto-created group.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
+use openraft::storage::RaftStateMachine;
+use tonic::{Request, Response, Status};
+use tributary_proto::peer::raft_peer_server::{RaftPeer, RaftPeerServer};
+use tributary_proto::peer::{
+    GroupBatch, GroupBatchReply, GroupMessage, GroupReply, MessageKind, group_reply,
+};
+use tributary_types::GroupId;
+
+use crate::host::GroupHost;
+use crate::log_store::{decode, encode};
+use crate::network::PEER_MESSAGE_BYTES_MAX;
+use crate::types::{Raft, SnapshotData, SnapshotMeta, TypeConfig};
+
+/// Serves the peer port for the groups of one host.
+pub struct PeerService<SM>
+where
+    SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
+{
+    host: Arc<GroupHost<SM>>,
+}
+
+impl<SM> PeerService<SM>
+where
+    SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
+{
+    pub fn new(host: Arc<GroupHost<SM>>) -> Self {
+        Self { host }
+    }
+
+    /// The tonic service to add to a server on the peer port.
+    pub fn into_server(self) -> RaftPeerServer<Self> {
+        RaftPeerServer::new(self)
+            .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX)
+    }
+
+    async fn handle(&self, message: GroupMessage) -> GroupReply {
+        let result = match self.host.get(GroupId::from_u64(message.group)) {
+            Some(raft) => dispatch(&raft, message).await,
+            None => Err(format!(
+                "group {} is not hosted on node {}",
+                GroupId::from_u64(message.group),
+                self.host.node_id()
+            )),
+        };
+        GroupReply {
+            result: Some(match result {
+                Ok(payload) => group_reply::Result::Payload(payload),
+                Err(error) => group_reply::Result::Error(error),
+            }),
+        }
+    }
+}
+
+async fn dispatch<SM>(raft: &Raft<SM>, message: GroupMessage) -> Result<Bytes, String>
+where
+    SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
+{
+    let bytes = &message.payload;
+    let kind = MessageKind::try_from(message.kind).unwrap_or(MessageKind::Unspecified);
+    let text = |e: &dyn std::fmt::Display| e.to_string();
+    match kind {
+        MessageKind::AppendEntries => {
+            let req: AppendEntriesRequest<TypeConfig> = decode(bytes).map_err(|e| text(&e))?;
+            let resp = raft.append_entries(req).await.map_err(|e| text(&e))?;
+            encode(&resp).map_err(|e| text(&e))
+        }
+        MessageKind::Vote => {
+            let req: VoteRequest<TypeConfig> = decode(bytes).map_err(|e| text(&e))?;
+            let resp = raft.vote(req).await.map_err(|e| text(&e))?;
+            encode(&resp).map_err(|e| text(&e))
+        }
+        MessageKind::PreVote => {
+            let req: VoteRequest<TypeConfig> = decode(bytes).map_err(|e| text(&e))?;
+            let resp = raft.pre_vote(req).await.map_err(|e| text(&e))?;
+            encode(&resp).map_err(|e| text(&e))
+        }
+        MessageKind::FullSnapshot => {
+            let (vote, meta, data): (openraft::alias::VoteOf<TypeConfig>, SnapshotMeta, Bytes) =
+                decode(bytes).map_err(|e| text(&e))?;
+            let snapshot = openraft::alias::SnapshotOf::<TypeConfig, SnapshotData> {
+                meta,
+                snapshot: SnapshotData::new(data.to_vec()),
+            };
+            let resp = raft
+                .install_full_snapshot(vote, snapshot)
+                .await
+                .map_err(|e| text(&e))?;
+            encode(&resp).map_err(|e| text(&e))
+        }
+        MessageKind::TransferLeader => {
+            let req: TransferLeaderRequest<TypeConfig> = decode(bytes).map_err(|e| text(&e))?;
+            let resp = raft
+                .handle_transfer_leader(req)
+                .await
+                .map_err(|e| text(&e))?;
+            encode(&resp).map_err(|e| text(&e))
+        }
+        MessageKind::Unspecified => Err(format!("unknown peer message kind {}", message.kind)),
+    }
+}
+
+#[tonic::async_trait]
+impl<SM> RaftPeer for PeerService<SM>
+where
+    SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
+{
+    async fn call(&self, request: Request<GroupMessage>) -> Result<Response<GroupReply>, Status> {
+        Ok(Response::new(self.handle(request.into_inner()).await))
+    }
+
+    async fn batch(
+        &self,
+        request: Request<GroupBatch>,
+    ) -> Result<Response<GroupBatchReply>, Status> {
+        let messages = request.into_inner().messages;
+        let replies = futures::future::join_all(messages.into_iter().map(|m| self.handle(m))).await;
+        Ok(Response::new(GroupBatchReply { replies }))
+    }
+}
