@@ -5,6 +5,8 @@ pub mod api;
 pub mod broker;
 pub mod catalog;
 pub mod config;
+pub mod controller;
+pub mod group;
 pub mod http;
 pub mod identity;
 pub mod partition;

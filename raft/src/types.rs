@@ -18,7 +18,10 @@ pub struct AppendBatch {
 /// What a group's log carries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Proposal {
+    /// A partition's batch of events.
     Append(AppendBatch),
+    /// A controller command, encoded by the node.
+    Controller(Bytes),
 }
 
 /// Numbers assigned when an append entry is applied: the same on every replica.
@@ -39,15 +42,18 @@ impl std::fmt::Display for Proposal {
                 batch.events.len(),
                 batch.enqueued_time_ms
             ),
+            Proposal::Controller(command) => write!(f, "controller({} bytes)", command.len()),
         }
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ProposalResult {
-    /// Blank and membership entries.
+    /// Blank and membership entries, and proposals sent to the wrong kind of group.
     None,
     Appended(AppendOutcome),
+    /// A controller command's reply, encoded by the node.
+    Controller(Bytes),
 }
 
 openraft::declare_raft_types!(

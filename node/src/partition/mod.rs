@@ -167,7 +167,9 @@ impl Partition {
                     .collect(),
                 enqueued_time_ms: outcome.enqueued_time_ms,
             }),
-            ProposalResult::None => Err(storage("append entry applied without a result")),
+            ProposalResult::None | ProposalResult::Controller(_) => {
+                Err(storage("append entry applied without a result"))
+            }
         }
     }
 

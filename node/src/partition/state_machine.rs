@@ -167,6 +167,8 @@ impl RaftStateMachine<TypeConfig> for PartitionStateMachine {
                     }
                     result
                 }
+                // Never proposed to a partition; ignored so every replica stays identical.
+                EntryPayload::Normal(Proposal::Controller(_)) => ProposalResult::None,
                 EntryPayload::Membership(membership) => {
                     self.state.membership =
                         StoredMembership::new(Some(entry.log_id), membership.clone());

@@ -1,0 +1,5 @@
+//! The controller: the metadata Raft group (`GroupId::CONTROLLER`) holding nodes, hubs,
+//! consumer groups and every partition's replica set.
+
+pub mod state;
+pub mod state_machine;

@@ -1,0 +1,407 @@
+//! The controller's replicated state and the commands that change it. Pure: the controller
+//! group applies commands in log order on every voter, so each computes the same state.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use tributary_types::limits::{CONSUMER_GROUPS_PER_HUB_MAX, RETENTION_MAX, RETENTION_MIN};
+use tributary_types::{
+    DEFAULT_CONSUMER_GROUP, HubId, validate_consumer_group_name, validate_hub_name,
+};
+
+/// Replication factors a hub may have.
+pub const REPLICATION_FACTOR_MAX: u8 = 5;
+/// Replication factor when none is asked for (capped at the number of nodes).
+pub const REPLICATION_FACTOR_DEFAULT: u8 = 3;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    pub id: u64,
+    pub client_addr: String,
+    pub peer_addr: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HubRecord {
+    pub id: HubId,
+    pub name: String,
+    pub partition_count: u16,
+    pub retention_ms: u64,
+    pub created_at_ms: i64,
+    pub replication_factor: u8,
+    /// Consumer group name → created time. `$Default` is always present.
+    pub consumer_groups: BTreeMap<String, i64>,
+    /// Per partition, the nodes holding a replica; the first is the preferred leader.
+    pub replicas: Vec<Vec<u64>>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClusterState {
+    pub nodes: BTreeMap<u64, NodeRecord>,
+    pub hubs: BTreeMap<String, HubRecord>,
+    /// Hub ids are never reused, so a re-created hub never meets an old hub's state.
+    pub next_hub_id: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    RegisterNode(NodeRecord),
+    CreateHub {
+        name: String,
+        partition_count: u32,
+        retention_ms: u64,
+        /// `None`: the default, capped at the number of nodes.
+        replication_factor: Option<u8>,
+        partitions_max: u16,
+        now_ms: i64,
+    },
+    DeleteHub {
+        name: String,
+    },
+    CreateConsumerGroup {
+        hub: String,
+        name: String,
+        now_ms: i64,
+    },
+    DeleteConsumerGroup {
+        hub: String,
+        name: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Reply {
+    Done,
+    Hub(HubRecord),
+    ConsumerGroupCreated { created_at_ms: i64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorKind {
+    NotFound,
+    AlreadyExists,
+    InvalidArgument,
+    QuotaExceeded,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct CommandError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+fn err(kind: ErrorKind, message: impl Into<String>) -> CommandError {
+    CommandError {
+        kind,
+        message: message.into(),
+    }
+}
+
+pub fn hub_not_found(name: &str) -> CommandError {
+    err(
+        ErrorKind::NotFound,
+        format!(
+            "The messaging entity '{name}' could not be found: no event hub of that name exists"
+        ),
+    )
+}
+
+impl ClusterState {
+    pub fn apply(&mut self, command: Command) -> Result<Reply, CommandError> {
+        match command {
+            Command::RegisterNode(node) => {
+                self.nodes.insert(node.id, node);
+                Ok(Reply::Done)
+            }
+            Command::CreateHub {
+                name,
+                partition_count,
+                retention_ms,
+                replication_factor,
+                partitions_max,
+                now_ms,
+            } => self.create_hub(
+                name,
+                partition_count,
+                retention_ms,
+                replication_factor,
+                partitions_max,
+                now_ms,
+            ),
+            Command::DeleteHub { name } => {
+                self.hubs
+                    .remove(&name)
+                    .ok_or_else(|| hub_not_found(&name))?;
+                Ok(Reply::Done)
+            }
+            Command::CreateConsumerGroup { hub, name, now_ms } => {
+                validate_consumer_group_name(&name)
+                    .map_err(|e| err(ErrorKind::InvalidArgument, e.to_string()))?;
+                let record = self.hubs.get_mut(&hub).ok_or_else(|| hub_not_found(&hub))?;
+                if record.consumer_groups.contains_key(&name) {
+                    return Err(err(
+                        ErrorKind::AlreadyExists,
+                        format!("consumer group '{name}' already exists in event hub '{hub}'"),
+                    ));
+                }
+                if record.consumer_groups.len() >= CONSUMER_GROUPS_PER_HUB_MAX {
+                    return Err(err(
+                        ErrorKind::QuotaExceeded,
+                        format!(
+                            "event hub '{hub}' already has the maximum of {CONSUMER_GROUPS_PER_HUB_MAX} consumer groups"
+                        ),
+                    ));
+                }
+                record.consumer_groups.insert(name, now_ms);
+                Ok(Reply::ConsumerGroupCreated {
+                    created_at_ms: now_ms,
+                })
+            }
+            Command::DeleteConsumerGroup { hub, name } => {
+                if name == DEFAULT_CONSUMER_GROUP {
+                    return Err(err(
+                        ErrorKind::InvalidArgument,
+                        "the $Default consumer group always exists and cannot be deleted",
+                    ));
+                }
+                let record = self.hubs.get_mut(&hub).ok_or_else(|| hub_not_found(&hub))?;
+                if record.consumer_groups.remove(&name).is_none() {
+                    return Err(err(
+                        ErrorKind::NotFound,
+                        format!("consumer group '{name}' does not exist in event hub '{hub}'"),
+                    ));
+                }
+                Ok(Reply::Done)
+            }
+        }
+    }
+
+    fn create_hub(
+        &mut self,
+        name: String,
+        partition_count: u32,
+        retention_ms: u64,
+        replication_factor: Option<u8>,
+        partitions_max: u16,
+        now_ms: i64,
+    ) -> Result<Reply, CommandError> {
+        validate_hub_name(&name).map_err(|e| err(ErrorKind::InvalidArgument, e.to_string()))?;
+        if partition_count == 0 || partition_count > u32::from(partitions_max) {
+            return Err(err(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "an event hub needs between 1 and {partitions_max} partitions; {partition_count} were requested"
+                ),
+            ));
+        }
+        let retention = std::time::Duration::from_millis(retention_ms);
+        if retention < RETENTION_MIN || retention > RETENTION_MAX {
+            return Err(err(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "retention must be between 1h and 90d; {} was requested",
+                    humantime::format_duration(retention)
+                ),
+            ));
+        }
+        let nodes: Vec<u64> = self.nodes.keys().copied().collect();
+        let replication_factor = match replication_factor {
+            None => REPLICATION_FACTOR_DEFAULT.min(nodes.len().max(1) as u8),
+            Some(rf) if !(1..=REPLICATION_FACTOR_MAX).contains(&rf) => {
+                return Err(err(
+                    ErrorKind::InvalidArgument,
+                    format!(
+                        "the replication factor must be between 1 and {REPLICATION_FACTOR_MAX}; {rf} was requested"
+                    ),
+                ));
+            }
+            Some(rf) => rf,
+        };
+        if usize::from(replication_factor) > nodes.len() {
+            return Err(err(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "replication factor {replication_factor} needs at least {replication_factor} nodes; the cluster has {}",
+                    nodes.len()
+                ),
+            ));
+        }
+        if self.hubs.contains_key(&name) {
+            return Err(err(
+                ErrorKind::AlreadyExists,
+                format!("an event hub named '{name}' already exists"),
+            ));
+        }
+        self.next_hub_id = self.next_hub_id.max(1);
+        let id = HubId(self.next_hub_id);
+        self.next_hub_id += 1;
+        let replicas = place_replicas(&nodes, id, partition_count as u16, replication_factor);
+        let record = HubRecord {
+            id,
+            name: name.clone(),
+            partition_count: partition_count as u16,
+            retention_ms,
+            created_at_ms: now_ms,
+            replication_factor,
+            consumer_groups: BTreeMap::from([(DEFAULT_CONSUMER_GROUP.to_string(), now_ms)]),
+            replicas,
+        };
+        self.hubs.insert(name, record.clone());
+        Ok(Reply::Hub(record))
+    }
+}
+
+/// Spreads replicas evenly: partition p of hub h starts at node (h + p) mod n and takes the
+/// next `replication_factor` nodes, so replicas and preferred leaders rotate over the nodes.
+/// (The placement issue replaces this with capacity-aware planning.)
+pub fn place_replicas(
+    nodes: &[u64],
+    hub: HubId,
+    partitions: u16,
+    replication_factor: u8,
+) -> Vec<Vec<u64>> {
+    assert!(!nodes.is_empty() && usize::from(replication_factor) <= nodes.len());
+    (0..partitions)
+        .map(|p| {
+            let start = (hub.0 as usize + p as usize) % nodes.len();
+            (0..usize::from(replication_factor))
+                .map(|r| nodes[(start + r) % nodes.len()])
+                .collect()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(nodes: u64) -> ClusterState {
+        let mut state = ClusterState::default();
+        for id in 1..=nodes {
+            state
+                .apply(Command::RegisterNode(NodeRecord {
+                    id,
+                    client_addr: format!("c{id}"),
+                    peer_addr: format!("p{id}"),
+                }))
+                .unwrap();
+        }
+        state
+    }
+
+    fn create(
+        state: &mut ClusterState,
+        name: &str,
+        partitions: u32,
+        rf: Option<u8>,
+    ) -> Result<Reply, CommandError> {
+        state.apply(Command::CreateHub {
+            name: name.into(),
+            partition_count: partitions,
+            retention_ms: 24 * 3600 * 1000,
+            replication_factor: rf,
+            partitions_max: 1024,
+            now_ms: 5,
+        })
+    }
+
+    #[test]
+    fn replicas_are_spread_evenly_and_distinct() {
+        let mut state = cluster(5);
+        let Reply::Hub(hub) = create(&mut state, "h", 10, Some(3)).unwrap() else {
+            panic!("hub expected");
+        };
+        let mut per_node = BTreeMap::<u64, usize>::new();
+        let mut leaders = BTreeMap::<u64, usize>::new();
+        for replicas in &hub.replicas {
+            let mut distinct = replicas.clone();
+            distinct.sort();
+            distinct.dedup();
+            assert_eq!(distinct.len(), 3);
+            for r in replicas {
+                *per_node.entry(*r).or_default() += 1;
+            }
+            *leaders.entry(replicas[0]).or_default() += 1;
+        }
+        assert!(per_node.values().all(|n| *n == 6));
+        assert!(leaders.values().all(|n| *n == 2));
+    }
+
+    #[test]
+    fn replication_factor_defaults_to_three_capped_by_nodes_and_is_checked() {
+        let mut one = cluster(1);
+        let Reply::Hub(hub) = create(&mut one, "a", 2, None).unwrap() else {
+            panic!()
+        };
+        assert_eq!(hub.replication_factor, 1);
+        let err = create(&mut one, "b", 2, Some(3)).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::InvalidArgument);
+        assert!(err.message.contains("the cluster has 1"), "{}", err.message);
+        let mut four = cluster(4);
+        let Reply::Hub(hub) = create(&mut four, "a", 2, None).unwrap() else {
+            panic!()
+        };
+        assert_eq!(hub.replication_factor, 3);
+        assert_eq!(
+            create(&mut four, "z", 1, Some(6)).unwrap_err().kind,
+            ErrorKind::InvalidArgument
+        );
+        assert_eq!(
+            create(&mut four, "z", 1, Some(0)).unwrap_err().kind,
+            ErrorKind::InvalidArgument
+        );
+    }
+
+    #[test]
+    fn hub_ids_are_never_reused() {
+        let mut state = cluster(1);
+        let Reply::Hub(first) = create(&mut state, "a", 1, None).unwrap() else {
+            panic!()
+        };
+        state
+            .apply(Command::DeleteHub { name: "a".into() })
+            .unwrap();
+        let Reply::Hub(second) = create(&mut state, "a", 1, None).unwrap() else {
+            panic!()
+        };
+        assert!(second.id > first.id);
+        assert_eq!(
+            create(&mut state, "a", 1, None).unwrap_err().kind,
+            ErrorKind::AlreadyExists
+        );
+    }
+
+    #[test]
+    fn consumer_groups() {
+        let mut state = cluster(1);
+        create(&mut state, "a", 1, None).unwrap();
+        let group = |name: &str| Command::CreateConsumerGroup {
+            hub: "a".into(),
+            name: name.into(),
+            now_ms: 9,
+        };
+        state.apply(group("g")).unwrap();
+        assert_eq!(
+            state.apply(group("g")).unwrap_err().kind,
+            ErrorKind::AlreadyExists
+        );
+        assert_eq!(
+            state.apply(group("bad name")).unwrap_err().kind,
+            ErrorKind::InvalidArgument
+        );
+        let delete = |name: &str| Command::DeleteConsumerGroup {
+            hub: "a".into(),
+            name: name.into(),
+        };
+        assert_eq!(
+            state.apply(delete("$Default")).unwrap_err().kind,
+            ErrorKind::InvalidArgument
+        );
+        state.apply(delete("g")).unwrap();
+        assert_eq!(
+            state.apply(delete("g")).unwrap_err().kind,
+            ErrorKind::NotFound
+        );
+    }
+}
