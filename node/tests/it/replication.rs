@@ -112,7 +112,7 @@ async fn write(peers: &[&Peer], proposal: Proposal) -> tributary_raft::AppendOut
             match leader.client_write(proposal.clone()).await {
                 Ok(response) => match response.data {
                     ProposalResult::Appended(outcome) => return outcome,
-                    ProposalResult::None => panic!("append without outcome"),
+                    other => panic!("append without outcome: {other:?}"),
                 },
                 Err(err) => {
                     eprintln!("write not accepted yet: {err}");
