@@ -76,6 +76,19 @@ impl Client {
         partition_count: u32,
         retention: Option<Duration>,
     ) -> Result<proto::EventHubProperties, ClientError> {
+        self.create_replicated_event_hub(name, partition_count, retention, None)
+            .await
+    }
+
+    /// Creates an event hub with `replication_factor` replicas per partition (`None`: the
+    /// service default, 3 or fewer on a smaller cluster).
+    pub async fn create_replicated_event_hub(
+        &self,
+        name: &str,
+        partition_count: u32,
+        retention: Option<Duration>,
+        replication_factor: Option<u32>,
+    ) -> Result<proto::EventHubProperties, ClientError> {
         require_name("event hub name", name)?;
         if partition_count == 0 {
             return Err(ClientError::InvalidArgument(
@@ -98,6 +111,7 @@ impl Client {
             name: name.to_owned(),
             partition_count,
             retention_ms,
+            replication_factor: replication_factor.unwrap_or(0),
         };
         let response = self.management().create_event_hub(request).await;
         self.unwrap(response)

@@ -1,26 +1,25 @@
-//! The node's hubs and their partitions: management operations and routing of sends and
-//! reads to the right partition. gRPC handlers only decode, call this, and map errors.
+//! The node's view of hubs and the partitions it hosts: management goes to the controller,
+//! sends and reads go to the local partition replica (or get NOT_LEADER naming the node to
+//! ask). gRPC handlers only decode, call this, and map errors.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use futures::future::join_all;
+use tributary_proto::ErrorReason;
 use tributary_storage::{Durability, Mutation, Shard};
-use tributary_types::limits::{
-    CONSUMER_GROUPS_PER_HUB_MAX, RETENTION_DEFAULT, RETENTION_MAX, RETENTION_MIN,
-};
 use tributary_types::{
-    Clock, DEFAULT_CONSUMER_GROUP, GroupId, HubId, NodeId, PartitionId, partition_for_key,
-    validate_consumer_group_name, validate_hub_name,
+    Clock, DEFAULT_CONSUMER_GROUP, GroupId, NodeId, PartitionId, partition_for_key,
 };
 
 use crate::api::error::ApiError;
-use crate::catalog::{Catalog, HubRecord};
-use crate::partition::Partition;
-use crate::partition::state_machine::PartitionStateMachine;
-use tributary_raft::{GroupHost, PeerRouter, TcpConnector};
+use crate::cluster::ClusterRuntime;
+use crate::controller::state::{ClusterState, Command, HubRecord, Reply, hub_not_found};
+use crate::partition::{Partition, PartitionError};
+
+/// How long a management call waits for this node's view to show its effect.
+const VIEW_WAIT: Duration = Duration::from_secs(10);
 
 /// Limits the broker enforces; validated once at startup.
 #[derive(Debug, Clone)]
@@ -37,60 +36,49 @@ pub enum Target {
     PartitionKey(String),
 }
 
-pub struct Hub {
-    pub record: RwLock<HubRecord>,
-    pub partitions: Vec<Arc<Partition>>,
-    round_robin: AtomicU64,
-}
-
-impl Hub {
-    pub fn record(&self) -> HubRecord {
-        self.record.read().expect("hub lock poisoned").clone()
-    }
-}
-
 pub struct Broker {
-    host: Arc<GroupHost<PartitionStateMachine>>,
-    node_addr: String,
+    runtime: Arc<ClusterRuntime>,
     shards: Vec<Shard>,
-    catalog: Catalog,
     clock: Arc<dyn Clock>,
     pub limits: BrokerLimits,
-    hubs: RwLock<HashMap<String, Arc<Hub>>>,
-    /// Management operations run one at a time.
-    management: tokio::sync::Mutex<()>,
+    /// Partition replicas hosted on this node.
+    partitions: RwLock<HashMap<GroupId, Arc<Partition>>>,
+    round_robin: AtomicU64,
+    /// Counts finished reconciliation passes, so callers can await local replicas.
+    reconciled: tokio::sync::watch::Sender<u64>,
+    /// Reconciliation runs one pass at a time.
+    reconcile: tokio::sync::Mutex<()>,
     /// Set when the node shuts down: open reader streams end so the server can drain.
     closing: tokio::sync::watch::Sender<bool>,
 }
 
 impl Broker {
-    /// Opens every hub recorded in the catalog and starts its partitions.
-    pub async fn open(
-        node_id: NodeId,
-        node_addr: String,
+    pub fn new(
+        runtime: Arc<ClusterRuntime>,
         shards: Vec<Shard>,
         clock: Arc<dyn Clock>,
         limits: BrokerLimits,
-    ) -> anyhow::Result<Broker> {
+    ) -> Arc<Broker> {
         assert!(!shards.is_empty(), "a node has at least one storage shard");
-        let catalog = Catalog::new(shards[0].clone());
-        let broker = Broker {
-            host: GroupHost::new(node_id, PeerRouter::new(node_id.0, TcpConnector)),
-            node_addr,
+        Arc::new(Broker {
+            runtime,
             shards,
-            catalog,
             clock,
             limits,
-            hubs: RwLock::new(HashMap::new()),
-            management: tokio::sync::Mutex::new(()),
+            partitions: RwLock::new(HashMap::new()),
+            round_robin: AtomicU64::new(0),
+            reconciled: tokio::sync::watch::channel(0).0,
+            reconcile: tokio::sync::Mutex::new(()),
             closing: tokio::sync::watch::channel(false).0,
-        };
-        for record in broker.catalog.hubs()? {
-            let hub = broker.start_hub(record).await?;
-            let name = hub.record().name;
-            broker.hubs.write().expect("hubs lock").insert(name, hub);
-        }
-        Ok(broker)
+        })
+    }
+
+    pub fn runtime(&self) -> &Arc<ClusterRuntime> {
+        &self.runtime
+    }
+
+    fn node_id(&self) -> NodeId {
+        NodeId(self.runtime.me.id)
     }
 
     fn shard_for(&self, group: GroupId) -> Shard {
@@ -98,60 +86,125 @@ impl Broker {
         self.shards[(key % self.shards.len() as u64) as usize].clone()
     }
 
-    async fn start_hub(&self, record: HubRecord) -> anyhow::Result<Arc<Hub>> {
-        let opens = (0..record.partition_count).map(|p| {
-            let group = GroupId::new(record.id, PartitionId(p), 0);
-            Partition::open(
-                &self.host,
-                group,
-                self.shard_for(group),
-                &self.node_addr,
-                self.clock.clone(),
-            )
-        });
-        let mut partitions = Vec::new();
-        for result in join_all(opens).await {
-            partitions.push(Arc::new(result?));
+    /// Follows the cluster state and starts or stops local replicas to match it, until
+    /// the node shuts down.
+    pub async fn run_reconciler(self: Arc<Self>) {
+        let runtime = self.runtime.clone();
+        tokio::select! {
+            _ = self.reconcile_forever() => {}
+            _ = runtime.stopped() => {}
         }
-        Ok(Arc::new(Hub {
-            record: RwLock::new(record),
-            partitions,
-            round_robin: AtomicU64::new(0),
-        }))
     }
 
-    pub fn hub(&self, name: &str) -> Result<Arc<Hub>, ApiError> {
-        self.hubs
+    async fn reconcile_forever(&self) {
+        let mut view = self.runtime.view();
+        loop {
+            let state = view.borrow_and_update().clone();
+            if let Err(err) = self.reconcile(&state).await {
+                tracing::warn!(%err, "reconciling local replicas failed; will retry");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+            self.reconciled.send_modify(|passes| *passes += 1);
+            if view.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// One pass: start the replicas assigned here, drop those of deleted hubs.
+    pub async fn reconcile(&self, state: &ClusterState) -> Result<(), PartitionError> {
+        let _guard = self.reconcile.lock().await;
+        let me = self.node_id().0;
+        let mut wanted: HashSet<GroupId> = HashSet::new();
+        for hub in state.hubs.values() {
+            for (p, replicas) in hub.replicas.iter().enumerate() {
+                if !replicas.contains(&me) {
+                    continue;
+                }
+                let group = GroupId::new(hub.id, PartitionId(p as u16), 0);
+                wanted.insert(group);
+                if self
+                    .partitions
+                    .read()
+                    .expect("partitions lock")
+                    .contains_key(&group)
+                {
+                    continue;
+                }
+                // The preferred leader initializes a new group with every replica.
+                let members: BTreeMap<NodeId, String> = if replicas[0] == me {
+                    replicas
+                        .iter()
+                        .filter_map(|r| state.nodes.get(r))
+                        .map(|n| (NodeId(n.id), n.peer_addr.clone()))
+                        .collect()
+                } else {
+                    BTreeMap::new()
+                };
+                let partition = Partition::open(
+                    self.runtime.host(),
+                    group,
+                    self.shard_for(group),
+                    members,
+                    self.clock.clone(),
+                )
+                .await?;
+                self.partitions
+                    .write()
+                    .expect("partitions lock")
+                    .insert(group, Arc::new(partition));
+            }
+        }
+        let gone: Vec<GroupId> = self
+            .partitions
             .read()
-            .expect("hubs lock")
+            .expect("partitions lock")
+            .keys()
+            .filter(|g| !wanted.contains(g))
+            .copied()
+            .collect();
+        for group in gone {
+            self.partitions
+                .write()
+                .expect("partitions lock")
+                .remove(&group);
+            self.runtime.host().stop(group).await;
+            self.shard_for(group)
+                .write(vec![Mutation::DeleteGroup { group }], Durability::Immediate)
+                .await
+                .map_err(|e| PartitionError::Storage(e.to_string()))?;
+            tracing::info!(%group, "replica removed");
+        }
+        Ok(())
+    }
+
+    pub fn hub(&self, name: &str) -> Result<HubRecord, ApiError> {
+        self.runtime
+            .state()
+            .hubs
             .get(name)
             .cloned()
-            .ok_or_else(|| {
-                ApiError::not_found(format!(
-                    "The messaging entity '{name}' could not be found: no event hub of that name exists"
-                ))
-            })
+            .ok_or_else(|| ApiError::not_found(hub_not_found(name).message))
     }
 
     pub fn hub_records(&self) -> Vec<HubRecord> {
-        let mut records: Vec<_> = self
-            .hubs
-            .read()
-            .expect("hubs lock")
-            .values()
-            .map(|h| h.record())
-            .collect();
-        records.sort_by(|a, b| a.name.cmp(&b.name));
-        records
+        self.runtime.state().hubs.values().cloned().collect()
     }
 
-    pub fn all_partitions(&self) -> Vec<Arc<Partition>> {
-        self.hubs
+    pub fn local_partitions(&self) -> Vec<Arc<Partition>> {
+        self.partitions
             .read()
-            .expect("hubs lock")
+            .expect("partitions lock")
             .values()
-            .flat_map(|h| h.partitions.iter().cloned())
+            .cloned()
             .collect()
+    }
+
+    /// Waits until this node's view satisfies `done`, so a caller sees its own change.
+    async fn await_view(&self, done: impl Fn(&ClusterState) -> bool) {
+        let mut view = self.runtime.view();
+        let _ = tokio::time::timeout(VIEW_WAIT, view.wait_for(|s| done(s))).await;
     }
 
     pub async fn create_hub(
@@ -159,148 +212,216 @@ impl Broker {
         name: &str,
         partition_count: u32,
         retention: Option<Duration>,
+        replication_factor: Option<u8>,
     ) -> Result<HubRecord, ApiError> {
-        validate_hub_name(name).map_err(|e| ApiError::invalid(e.to_string()))?;
-        let max = self.limits.partitions_per_hub_max;
-        if partition_count == 0 || partition_count > u32::from(max) {
-            return Err(ApiError::invalid(format!(
-                "an event hub needs between 1 and {max} partitions; {partition_count} were requested"
-            )));
-        }
-        let retention = retention.unwrap_or(RETENTION_DEFAULT);
-        if retention < RETENTION_MIN || retention > RETENTION_MAX {
-            return Err(ApiError::invalid(format!(
-                "retention must be between 1h and 90d; {} was requested",
-                humantime::format_duration(retention)
-            )));
-        }
-        let _guard = self.management.lock().await;
-        if self.hubs.read().expect("hubs lock").contains_key(name) {
-            return Err(ApiError::already_exists(format!(
-                "an event hub named '{name}' already exists"
-            )));
-        }
-        let id = self.catalog.allocate_hub_id().await.map_err(internal)?;
-        let record = HubRecord {
-            id,
-            name: name.to_string(),
-            partition_count: partition_count as u16,
-            retention_ms: retention.as_millis() as u64,
-            created_at_ms: self.clock.now_ms(),
-            consumer_groups: BTreeMap::from([(
-                DEFAULT_CONSUMER_GROUP.to_string(),
-                self.clock.now_ms(),
-            )]),
+        let retention = retention.unwrap_or(tributary_types::limits::RETENTION_DEFAULT);
+        let reply = self
+            .runtime
+            .propose(Command::CreateHub {
+                name: name.to_string(),
+                partition_count,
+                retention_ms: retention.as_millis() as u64,
+                replication_factor,
+                partitions_max: self.limits.partitions_per_hub_max,
+                now_ms: self.clock.now_ms(),
+            })
+            .await?;
+        let Reply::Hub(record) = reply else {
+            return Err(ApiError::internal("create hub returned no hub"));
         };
-        // Record first: a crash after this restarts the partitions from the catalog.
-        self.catalog.put_hub(&record).await.map_err(internal)?;
-        let hub = self.start_hub(record.clone()).await.map_err(internal)?;
-        self.hubs
-            .write()
-            .expect("hubs lock")
-            .insert(name.to_string(), hub);
+        let id = record.id;
+        self.await_view(|s| s.hubs.get(name).is_some_and(|h| h.id == id))
+            .await;
+        self.await_local_replicas(&record).await;
         tracing::info!(hub = name, id = %id, partitions = partition_count, "event hub created");
         Ok(record)
     }
 
-    pub async fn delete_hub(&self, name: &str) -> Result<(), ApiError> {
-        let _guard = self.management.lock().await;
-        let hub = self.hub(name)?;
-        self.catalog.delete_hub(name).await.map_err(internal)?;
-        self.hubs.write().expect("hubs lock").remove(name);
-        for partition in &hub.partitions {
-            self.host.stop(partition.group).await;
-            self.shard_for(partition.group)
-                .write(
-                    vec![Mutation::DeleteGroup {
-                        group: partition.group,
-                    }],
-                    Durability::Immediate,
-                )
-                .await
-                .map_err(internal)?;
+    /// Waits until this node's replicas of a new hub run and know their leader, so a send
+    /// right after creation does not bounce.
+    async fn await_local_replicas(&self, hub: &HubRecord) {
+        let me = self.node_id().0;
+        let groups: Vec<GroupId> = hub
+            .replicas
+            .iter()
+            .enumerate()
+            .filter(|(_, replicas)| replicas.contains(&me))
+            .map(|(p, _)| GroupId::new(hub.id, PartitionId(p as u16), 0))
+            .collect();
+        let deadline = tokio::time::Instant::now() + VIEW_WAIT;
+        let mut passes = self.reconciled.subscribe();
+        let started = |_: &u64| {
+            let partitions = self.partitions.read().expect("partitions lock");
+            groups.iter().all(|g| partitions.contains_key(g))
+        };
+        if tokio::time::timeout_at(deadline, passes.wait_for(started))
+            .await
+            .is_err()
+        {
+            return;
         }
+        for group in &groups {
+            let partition = self
+                .partitions
+                .read()
+                .expect("partitions lock")
+                .get(group)
+                .cloned();
+            if let Some(partition) = partition {
+                partition.wait_for_any_leader(deadline).await;
+            }
+        }
+    }
+
+    pub async fn delete_hub(&self, name: &str) -> Result<(), ApiError> {
+        self.runtime
+            .propose(Command::DeleteHub {
+                name: name.to_string(),
+            })
+            .await?;
+        self.await_view(|s| !s.hubs.contains_key(name)).await;
         tracing::info!(hub = name, "event hub deleted");
         Ok(())
     }
 
-    pub async fn create_consumer_group(&self, hub_name: &str, name: &str) -> Result<i64, ApiError> {
-        validate_consumer_group_name(name).map_err(|e| ApiError::invalid(e.to_string()))?;
-        let _guard = self.management.lock().await;
-        let hub = self.hub(hub_name)?;
-        let mut record = hub.record();
-        if record.consumer_groups.contains_key(name) {
-            return Err(ApiError::already_exists(format!(
-                "consumer group '{name}' already exists in event hub '{hub_name}'"
-            )));
+    pub async fn create_consumer_group(&self, hub: &str, name: &str) -> Result<i64, ApiError> {
+        let reply = self
+            .runtime
+            .propose(Command::CreateConsumerGroup {
+                hub: hub.to_string(),
+                name: name.to_string(),
+                now_ms: self.clock.now_ms(),
+            })
+            .await?;
+        self.await_view(|s| {
+            s.hubs
+                .get(hub)
+                .is_some_and(|h| h.consumer_groups.contains_key(name))
+        })
+        .await;
+        match reply {
+            Reply::ConsumerGroupCreated { created_at_ms } => Ok(created_at_ms),
+            _ => Err(ApiError::internal("create consumer group returned no time")),
         }
-        if record.consumer_groups.len() >= CONSUMER_GROUPS_PER_HUB_MAX {
-            return Err(ApiError::new(
-                tributary_proto::ErrorReason::QuotaExceeded,
-                format!(
-                    "event hub '{hub_name}' already has the maximum of {CONSUMER_GROUPS_PER_HUB_MAX} consumer groups"
-                ),
-            ));
-        }
-        let created = self.clock.now_ms();
-        record.consumer_groups.insert(name.to_string(), created);
-        self.catalog.put_hub(&record).await.map_err(internal)?;
-        *hub.record.write().expect("hub lock") = record;
-        Ok(created)
     }
 
-    pub async fn delete_consumer_group(&self, hub_name: &str, name: &str) -> Result<(), ApiError> {
-        if name == DEFAULT_CONSUMER_GROUP {
-            return Err(ApiError::invalid(
-                "the $Default consumer group always exists and cannot be deleted",
-            ));
-        }
-        let _guard = self.management.lock().await;
-        let hub = self.hub(hub_name)?;
-        let mut record = hub.record();
-        if record.consumer_groups.remove(name).is_none() {
-            return Err(group_not_found(hub_name, name));
-        }
-        self.catalog.put_hub(&record).await.map_err(internal)?;
-        *hub.record.write().expect("hub lock") = record;
+    pub async fn delete_consumer_group(&self, hub: &str, name: &str) -> Result<(), ApiError> {
+        self.runtime
+            .propose(Command::DeleteConsumerGroup {
+                hub: hub.to_string(),
+                name: name.to_string(),
+            })
+            .await?;
+        self.await_view(|s| {
+            s.hubs
+                .get(hub)
+                .is_some_and(|h| !h.consumer_groups.contains_key(name))
+        })
+        .await;
         Ok(())
     }
 
-    /// The partition a send goes to.
-    pub fn route(&self, hub: &Hub, target: &Target) -> Result<Arc<Partition>, ApiError> {
-        let count = hub.partitions.len() as u16;
-        let index = match target {
+    /// The partition index a send goes to.
+    pub fn route(&self, hub: &HubRecord, target: &Target) -> Result<u16, ApiError> {
+        let count = hub.partition_count;
+        match target {
             Target::Any => {
-                (hub.round_robin.fetch_add(1, Ordering::Relaxed) % u64::from(count)) as u16
+                Ok((self.round_robin.fetch_add(1, Ordering::Relaxed) % u64::from(count)) as u16)
             }
-            Target::PartitionKey(key) => partition_for_key(key, count),
-            Target::PartitionId(id) => return self.partition(hub, id),
-        };
-        Ok(hub.partitions[usize::from(index)].clone())
+            Target::PartitionKey(key) => Ok(partition_for_key(key, count)),
+            Target::PartitionId(id) => self.partition_index(hub, id),
+        }
     }
 
-    pub fn partition(&self, hub: &Hub, partition_id: &str) -> Result<Arc<Partition>, ApiError> {
-        let count = hub.partitions.len();
+    pub fn partition_index(&self, hub: &HubRecord, partition_id: &str) -> Result<u16, ApiError> {
+        let count = hub.partition_count;
         partition_id
-            .parse::<usize>()
+            .parse::<u16>()
             .ok()
             .filter(|p| *p < count && partition_id == p.to_string())
-            .map(|p| hub.partitions[p].clone())
             .ok_or_else(|| {
                 ApiError::not_found(format!(
                     "partition '{partition_id}' does not exist in event hub '{}'; valid partition ids are 0 to {}",
-                    hub.record().name,
+                    hub.name,
                     count - 1
                 ))
             })
     }
 
-    pub fn check_consumer_group(&self, hub: &Hub, name: &str) -> Result<(), ApiError> {
-        let record = hub.record();
-        if record.consumer_groups.contains_key(name) {
+    /// This node's replica of a partition. A node without one answers NOT_LEADER naming the
+    /// partition's preferred leader, so clients can go there.
+    pub fn local_partition(&self, hub: &HubRecord, index: u16) -> Result<Arc<Partition>, ApiError> {
+        let group = GroupId::new(hub.id, PartitionId(index), 0);
+        if let Some(partition) = self.partitions.read().expect("partitions lock").get(&group) {
+            return Ok(partition.clone());
+        }
+        let replicas = &hub.replicas[usize::from(index)];
+        if replicas.contains(&self.node_id().0) {
+            return Err(ApiError::busy(
+                "the partition is starting on this node. Please wait 1 seconds and try again",
+                Duration::from_secs(1),
+            ));
+        }
+        Err(self.not_leader(
+            replicas.first().copied().map(NodeId),
+            format!(
+                "partition {index} of event hub '{}' has no replica on node {}; its replicas are on nodes {replicas:?}",
+                hub.name,
+                self.node_id()
+            ),
+        ))
+    }
+
+    /// The leader replica of a partition, for sends and reads.
+    pub fn leader_partition(
+        &self,
+        hub: &HubRecord,
+        index: u16,
+    ) -> Result<Arc<Partition>, ApiError> {
+        let partition = self.local_partition(hub, index)?;
+        match partition.leader() {
+            Some(leader) if leader == self.node_id() => Ok(partition),
+            leader => Err(self.partition_error(PartitionError::NotLeader { leader })),
+        }
+    }
+
+    fn not_leader(&self, leader: Option<NodeId>, message: String) -> ApiError {
+        let hint = leader.and_then(|l| {
+            self.runtime
+                .state()
+                .nodes
+                .get(&l.0)
+                .map(|n| n.client_addr.clone())
+        });
+        ApiError {
+            leader_hint: hint,
+            ..ApiError::new(ErrorReason::NotLeader, message)
+        }
+    }
+
+    /// Maps a partition error, naming the leader's client address for NOT_LEADER.
+    pub fn partition_error(&self, err: PartitionError) -> ApiError {
+        match err {
+            PartitionError::NotLeader { leader } => self.not_leader(
+                leader,
+                match leader {
+                    Some(l) => format!("this node does not lead the partition; node {l} does"),
+                    None => "this node does not lead the partition and no leader is known yet"
+                        .to_string(),
+                },
+            ),
+            other => ApiError::from(other),
+        }
+    }
+
+    pub fn check_consumer_group(&self, hub: &HubRecord, name: &str) -> Result<(), ApiError> {
+        if hub.consumer_groups.contains_key(name) || name == DEFAULT_CONSUMER_GROUP {
             Ok(())
         } else {
-            Err(group_not_found(&record.name, name))
+            Err(ApiError::not_found(format!(
+                "consumer group '{name}' does not exist in event hub '{}'",
+                hub.name
+            )))
         }
     }
 
@@ -314,22 +435,9 @@ impl Broker {
         self.closing.subscribe()
     }
 
-    /// Stops every partition's Raft group.
+    /// Stops every group this node runs.
     pub async fn shutdown(&self) {
-        self.host.stop_all().await;
+        self.partitions.write().expect("partitions lock").clear();
+        self.runtime.host().stop_all().await;
     }
-
-    pub fn hub_id_of(&self, name: &str) -> Option<HubId> {
-        self.hub(name).ok().map(|h| h.record().id)
-    }
-}
-
-fn group_not_found(hub: &str, name: &str) -> ApiError {
-    ApiError::not_found(format!(
-        "consumer group '{name}' does not exist in event hub '{hub}'"
-    ))
-}
-
-fn internal(err: impl std::fmt::Display) -> ApiError {
-    ApiError::internal(err.to_string())
 }

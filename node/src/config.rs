@@ -24,6 +24,23 @@ pub struct ServeArgs {
     /// [env: TRIBUTARY_HTTP_ADDR] [default: 127.0.0.1:7402]
     #[arg(long)]
     pub http_addr: Option<SocketAddr>,
+    /// Address for node-to-node traffic (Raft replication, cluster membership).
+    /// [env: TRIBUTARY_PEER_ADDR] [default: 127.0.0.1:7401]
+    #[arg(long)]
+    pub peer_addr: Option<SocketAddr>,
+    /// Peer addresses of other nodes to join or form a cluster with, comma-separated.
+    /// [env: TRIBUTARY_SEEDS]
+    #[arg(long, value_delimiter = ',')]
+    pub seeds: Vec<String>,
+    /// Nodes that must see each other before a new cluster forms; 1 forms a single-node
+    /// cluster at once. Ignored once the cluster exists. [env: TRIBUTARY_BOOTSTRAP_EXPECT]
+    /// [default: 1]
+    #[arg(long)]
+    pub bootstrap_expect: Option<usize>,
+    /// Voters of the controller group when a cluster forms: 3 or 5 (fewer on a smaller
+    /// cluster). [env: TRIBUTARY_CONTROLLER_VOTERS] [default: 3]
+    #[arg(long)]
+    pub controller_voters: Option<usize>,
     /// This node's id within its cluster. [env: TRIBUTARY_NODE_ID] [default: 1]
     #[arg(long)]
     pub node_id: Option<u64>,
@@ -55,6 +72,10 @@ pub struct ServeArgs {
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     data_dir: Option<PathBuf>,
+    peer_addr: Option<SocketAddr>,
+    seeds: Option<Vec<String>>,
+    bootstrap_expect: Option<usize>,
+    controller_voters: Option<usize>,
     client_addr: Option<SocketAddr>,
     http_addr: Option<SocketAddr>,
     node_id: Option<u64>,
@@ -69,6 +90,10 @@ struct FileConfig {
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
     pub data_dir: PathBuf,
+    pub peer_addr: SocketAddr,
+    pub seeds: Vec<String>,
+    pub bootstrap_expect: usize,
+    pub controller_voters: usize,
     pub client_addr: SocketAddr,
     pub http_addr: SocketAddr,
     pub node_id: u64,
@@ -84,6 +109,10 @@ impl NodeConfig {
     pub fn for_data_dir(data_dir: &Path) -> Self {
         Self {
             data_dir: data_dir.to_path_buf(),
+            peer_addr: "127.0.0.1:0".parse().expect("valid"),
+            seeds: Vec::new(),
+            bootstrap_expect: 1,
+            controller_voters: 3,
             client_addr: "127.0.0.1:0".parse().expect("valid"),
             http_addr: "127.0.0.1:0".parse().expect("valid"),
             node_id: 1,
@@ -121,7 +150,34 @@ impl ServeArgs {
             }
             None => FileConfig::default(),
         };
+        let seeds = if !self.seeds.is_empty() {
+            self.seeds.clone()
+        } else if let Ok(text) = std::env::var("TRIBUTARY_SEEDS") {
+            text.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect()
+        } else {
+            file.seeds.clone().unwrap_or_default()
+        };
         let config = NodeConfig {
+            peer_addr: self
+                .peer_addr
+                .or(env("TRIBUTARY_PEER_ADDR")?)
+                .or(file.peer_addr)
+                .unwrap_or_else(|| "127.0.0.1:7401".parse().expect("valid")),
+            seeds,
+            bootstrap_expect: self
+                .bootstrap_expect
+                .or(env("TRIBUTARY_BOOTSTRAP_EXPECT")?)
+                .or(file.bootstrap_expect)
+                .unwrap_or(1),
+            controller_voters: self
+                .controller_voters
+                .or(env("TRIBUTARY_CONTROLLER_VOTERS")?)
+                .or(file.controller_voters)
+                .unwrap_or(3),
             data_dir: self
                 .data_dir
                 .or(env("TRIBUTARY_DATA_DIR")?)
@@ -167,6 +223,12 @@ impl ServeArgs {
         };
         if config.storage_shards == 0 || config.storage_shards > 64 {
             bail!("--storage-shards must be between 1 and 64");
+        }
+        if config.bootstrap_expect == 0 {
+            bail!("--bootstrap-expect must be at least 1");
+        }
+        if config.controller_voters != 3 && config.controller_voters != 5 {
+            bail!("--controller-voters must be 3 or 5");
         }
         if config.node_id == 0 {
             bail!("--node-id must be at least 1");

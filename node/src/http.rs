@@ -63,11 +63,14 @@ pub async fn serve(
 }
 
 async fn readyz(State(broker): State<Arc<Broker>>) -> (StatusCode, String) {
-    for partition in broker.all_partitions() {
-        if !partition
-            .await_leadership(std::time::Duration::from_millis(0))
-            .await
-        {
+    if broker.runtime().state().cluster_id.is_empty() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not joined to a cluster yet\n".to_string(),
+        );
+    }
+    for partition in broker.local_partitions() {
+        if partition.leader().is_none() {
             return (
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("partition {} has no leader yet\n", partition.group),

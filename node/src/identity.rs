@@ -10,7 +10,8 @@ const IDENTITY_FILE: &str = "identity.json";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Identity {
-    pub cluster_id: String,
+    /// Unknown until the node has joined (or formed) its cluster.
+    pub cluster_id: Option<String>,
     pub node_id: u64,
     pub format_version: u32,
 }
@@ -40,22 +41,19 @@ pub fn load_or_create(
             .with_context(|| format!("cannot read {}", path.display()))?;
         let identity: Identity = serde_json::from_str(&text)
             .with_context(|| format!("{} is not a valid identity file", path.display()))?;
-        if let Some(expected) = cluster_id
-            && expected != identity.cluster_id
+        if let (Some(expected), Some(stored)) = (cluster_id, &identity.cluster_id)
+            && expected != stored
         {
             bail!(
-                "data directory {} belongs to cluster '{}', not '{}'; use an empty data directory or the matching --cluster-id",
+                "data directory {} belongs to cluster '{stored}', not '{expected}'; use an empty data directory or the matching --cluster-id",
                 data_dir.display(),
-                identity.cluster_id,
-                expected
             );
         }
         if identity.node_id != node_id {
             bail!(
-                "data directory {} belongs to node {} of cluster '{}', not node {}; start with --node-id {} or use an empty data directory",
+                "data directory {} belongs to node {}, not node {}; start with --node-id {} or use an empty data directory",
                 data_dir.display(),
                 identity.node_id,
-                identity.cluster_id,
                 node_id,
                 identity.node_id
             );
@@ -71,16 +69,38 @@ pub fn load_or_create(
         return Ok(identity);
     }
     let identity = Identity {
-        cluster_id: cluster_id
-            .map(str::to_string)
-            .unwrap_or_else(|| format!("{:016x}", rand::random::<u64>())),
+        cluster_id: cluster_id.map(str::to_string),
         node_id,
         format_version: FORMAT_VERSION,
     };
-    let tmp = data_dir.join(format!("{IDENTITY_FILE}.tmp"));
-    std::fs::write(&tmp, serde_json::to_vec_pretty(&identity)?)?;
-    std::fs::rename(&tmp, &path)?;
+    write(data_dir, &identity)?;
     Ok(identity)
+}
+
+fn write(data_dir: &Path, identity: &Identity) -> anyhow::Result<()> {
+    let tmp = data_dir.join(format!("{IDENTITY_FILE}.tmp"));
+    std::fs::write(&tmp, serde_json::to_vec_pretty(identity)?)?;
+    std::fs::rename(&tmp, data_dir.join(IDENTITY_FILE))?;
+    Ok(())
+}
+
+/// Records the cluster this directory now belongs to; refuses a different one.
+pub fn record_cluster(
+    data_dir: &Path,
+    identity: &mut Identity,
+    cluster_id: &str,
+) -> anyhow::Result<()> {
+    match &identity.cluster_id {
+        Some(stored) if stored == cluster_id => Ok(()),
+        Some(stored) => bail!(
+            "data directory {} belongs to cluster '{stored}', but the seeds belong to cluster '{cluster_id}'",
+            data_dir.display()
+        ),
+        None => {
+            identity.cluster_id = Some(cluster_id.to_string());
+            write(data_dir, identity)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -90,7 +110,9 @@ mod tests {
     #[test]
     fn refuses_another_clusters_directory() {
         let dir = tempfile::tempdir().unwrap();
-        let first = load_or_create(dir.path(), 1, Some("alpha")).unwrap();
+        let mut first = load_or_create(dir.path(), 1, None).unwrap();
+        record_cluster(dir.path(), &mut first, "alpha").unwrap();
+        assert!(record_cluster(dir.path(), &mut first, "beta").is_err());
         assert_eq!(load_or_create(dir.path(), 1, None).unwrap(), first);
         let err = load_or_create(dir.path(), 1, Some("beta")).unwrap_err();
         assert!(

@@ -3,7 +3,7 @@
 
 pub mod api;
 pub mod broker;
-pub mod catalog;
+pub mod cluster;
 pub mod config;
 pub mod controller;
 pub mod group;
@@ -19,14 +19,18 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
+use tributary_proto::peer::cluster_server::ClusterServer;
 use tributary_proto::v1::consumer_server::ConsumerServer;
 use tributary_proto::v1::management_server::ManagementServer;
 use tributary_proto::v1::producer_server::ProducerServer;
+use tributary_raft::{GroupHost, PeerRouter, PeerService, TcpConnector};
 use tributary_storage::{Shard, ShardConfig};
 use tributary_types::{NodeId, SystemClock};
 
 use crate::broker::{Broker, BrokerLimits};
+use crate::cluster::{ClusterRuntime, ClusterService, MembershipConfig};
 use crate::config::NodeConfig;
+use crate::controller::state::NodeRecord;
 
 /// Room for protobuf framing around the largest publication.
 const REQUEST_OVERHEAD_BYTES: usize = 64 * 1024;
@@ -38,10 +42,12 @@ const SHARD_CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 pub struct Node {
     pub client_addr: SocketAddr,
     pub http_addr: SocketAddr,
+    pub peer_addr: SocketAddr,
     pub broker: Arc<Broker>,
     shards: Vec<Shard>,
     shutdown: watch::Sender<bool>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
+    peer_server: JoinHandle<Result<(), tonic::transport::Error>>,
     http: JoinHandle<()>,
 }
 
@@ -56,7 +62,7 @@ impl Node {
         config: NodeConfig,
         clock: Arc<dyn tributary_types::Clock>,
     ) -> anyhow::Result<Node> {
-        let identity = identity::load_or_create(
+        let mut identity = identity::load_or_create(
             &config.data_dir,
             config.node_id,
             config.cluster_id.as_deref(),
@@ -75,22 +81,65 @@ impl Node {
         let http_listener = TcpListener::bind(config.http_addr)
             .await
             .with_context(|| format!("cannot listen on HTTP address {}", config.http_addr))?;
+        let peer_listener = TcpListener::bind(config.peer_addr)
+            .await
+            .with_context(|| format!("cannot listen on peer address {}", config.peer_addr))?;
         let client_addr = client_listener.local_addr()?;
         let http_addr = http_listener.local_addr()?;
-        let broker = Arc::new(
-            Broker::open(
-                NodeId(identity.node_id),
-                client_addr.to_string(),
-                shards.clone(),
-                clock,
-                BrokerLimits {
-                    partitions_per_hub_max: config.partitions_per_hub_max,
-                    publish_bytes_max: config.publish_bytes_max,
-                },
-            )
-            .await?,
+        let peer_addr = peer_listener.local_addr()?;
+
+        let node_id = NodeId(identity.node_id);
+        let host = GroupHost::new(node_id, PeerRouter::new(node_id.0, TcpConnector));
+        let runtime = ClusterRuntime::new(
+            NodeRecord {
+                id: node_id.0,
+                client_addr: client_addr.to_string(),
+                peer_addr: peer_addr.to_string(),
+            },
+            MembershipConfig {
+                seeds: config.seeds.clone(),
+                bootstrap_expect: config.bootstrap_expect,
+                controller_voters: config.controller_voters,
+                cluster_id: identity.cluster_id.clone().or(config.cluster_id.clone()),
+            },
+            host.clone(),
+            shards[0].clone(),
+            clock.clone(),
+        );
+        let broker = Broker::new(
+            runtime.clone(),
+            shards.clone(),
+            clock,
+            BrokerLimits {
+                partitions_per_hub_max: config.partitions_per_hub_max,
+                publish_bytes_max: config.publish_bytes_max,
+            },
         );
         let (shutdown, shutdown_rx) = watch::channel(false);
+
+        let mut peer_shutdown = shutdown_rx.clone();
+        let peer_server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(PeerService::new(host.clone()).into_server())
+                .add_service(ClusterServer::new(ClusterService {
+                    runtime: runtime.clone(),
+                }))
+                .serve_with_incoming_shutdown(TcpListenerStream::new(peer_listener), async move {
+                    let _ = peer_shutdown.wait_for(|stop| *stop).await;
+                }),
+        );
+        tracing::info!(%peer_addr, node_id = node_id.0, "joining the cluster");
+        runtime.run().await?;
+        let cluster_id = {
+            let mut view = runtime.view();
+            view.wait_for(|s| !s.cluster_id.is_empty())
+                .await?
+                .cluster_id
+                .clone()
+        };
+        identity::record_cluster(&config.data_dir, &mut identity, &cluster_id)?;
+        tokio::spawn(broker.clone().run_reconciler());
+
         let request_bytes_max = config.publish_bytes_max * 2 + REQUEST_OVERHEAD_BYTES;
         let server = tonic::transport::Server::builder()
             .add_service(
@@ -122,18 +171,21 @@ impl Node {
         tracing::info!(
             %client_addr,
             %http_addr,
-            node_id = identity.node_id,
-            cluster_id = %identity.cluster_id,
+            %peer_addr,
+            node_id = node_id.0,
+            %cluster_id,
             data_dir = %config.data_dir.display(),
             "tributary node started"
         );
         Ok(Node {
             client_addr,
             http_addr,
+            peer_addr,
             broker,
             shards,
             shutdown,
             server,
+            peer_server,
             http,
         })
     }
@@ -146,7 +198,9 @@ impl Node {
         self.broker.close_readers();
         self.server.await??;
         self.http.await?;
+        self.broker.runtime().stop();
         self.broker.shutdown().await;
+        self.peer_server.await??;
         drop(self.broker);
         for shard in self.shards {
             shard.close(SHARD_CLOSE_TIMEOUT).await?;

@@ -49,7 +49,8 @@ where
     }
 
     /// Starts a group whose log lives in `shard`. A group that has never run is initialized
-    /// with `initial_members` as its voters.
+    /// with `initial_members` as its voters; with no members given it waits to be contacted
+    /// by a leader that has it in its membership.
     pub async fn start(
         &self,
         group: GroupId,
@@ -72,10 +73,11 @@ where
         )
         .await
         .map_err(|e| start_error(e.to_string()))?;
-        if !raft
-            .is_initialized()
-            .await
-            .map_err(|e| start_error(e.to_string()))?
+        if !initial_members.is_empty()
+            && !raft
+                .is_initialized()
+                .await
+                .map_err(|e| start_error(e.to_string()))?
         {
             let members: BTreeMap<u64, BasicNode> = initial_members
                 .into_iter()

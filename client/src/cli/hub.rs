@@ -24,6 +24,10 @@ pub enum HubCommand {
         /// How long events are kept, e.g. 24h, 7d [default: the service default, 24h].
         #[arg(long, value_parser = humantime::parse_duration)]
         retention: Option<Duration>,
+        /// Replicas per partition, 1 to 5, at most the number of nodes [default: 3, or the
+        /// number of nodes when fewer].
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=5))]
+        replication_factor: Option<u32>,
     },
     /// List the event hubs of the cluster.
     List,
@@ -49,9 +53,10 @@ pub(crate) async fn run(
             name,
             partitions,
             retention,
+            replication_factor,
         } => {
             let hub = client
-                .create_event_hub(&name, partitions, retention)
+                .create_replicated_event_hub(&name, partitions, retention, replication_factor)
                 .await?;
             match output {
                 OutputFormat::Json => println!("{}", hub_json(&hub)),
@@ -119,6 +124,7 @@ fn hub_fields(hub: &EventHubProperties) -> Vec<(&'static str, String)> {
         ("name", hub.name.clone()),
         ("partitions", hub.partition_count.to_string()),
         ("retention", duration_text(hub.retention_ms)),
+        ("replicas", hub.replication_factor.to_string()),
         ("created", time_text(hub.created_at_ms)),
     ]
 }
@@ -128,6 +134,7 @@ fn hub_json(hub: &EventHubProperties) -> serde_json::Value {
         "name": hub.name,
         "partition_count": hub.partition_count,
         "retention_ms": hub.retention_ms,
+        "replication_factor": hub.replication_factor,
         "created_at": time_json(hub.created_at_ms),
         "partition_ids": hub.partition_ids,
     })

@@ -103,18 +103,22 @@ mod tests {
             "4",
             "--retention",
             "24h",
+            "--replication-factor",
+            "3",
         ])
         .unwrap();
         let CliCommand::Hub(HubCommand::Create {
             name,
             partitions,
             retention,
+            replication_factor,
         }) = cli.command
         else {
             panic!("expected hub create");
         };
         assert_eq!((name.as_str(), partitions), ("orders", 4));
         assert_eq!(retention, Some(std::time::Duration::from_secs(86_400)));
+        assert_eq!(replication_factor, Some(3));
 
         let cli = parse(&["receive", "orders", "--partition", "0", "--output", "json"]).unwrap();
         assert_eq!(cli.globals.output, OutputFormat::Json);

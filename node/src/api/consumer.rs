@@ -36,7 +36,8 @@ impl Consumer for ConsumerService {
             req.consumer_group.as_str()
         };
         self.broker.check_consumer_group(&hub, group)?;
-        let partition = self.broker.partition(&hub, &req.partition_id)?;
+        let index = self.broker.partition_index(&hub, &req.partition_id)?;
+        let partition = self.broker.leader_partition(&hub, index)?;
         let max_batch = match req.max_batch {
             0 => RECEIVE_BATCH_EVENTS_DEFAULT,
             n if n > RECEIVE_BATCH_EVENTS_MAX => {

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use tributary_proto::v1 as pb;
 
 use crate::api::error::ApiError;
-use crate::catalog::HubRecord;
+use crate::controller::state::HubRecord;
 use crate::partition::ReadEvent;
 use crate::partition::codec::{EventRecord, Property};
 use crate::partition::position::Position;
@@ -18,6 +18,7 @@ pub fn hub_properties(record: &HubRecord) -> pb::EventHubProperties {
         retention_ms: record.retention_ms,
         created_at_ms: record.created_at_ms,
         partition_ids: (0..record.partition_count).map(|p| p.to_string()).collect(),
+        replication_factor: u32::from(record.replication_factor),
     }
 }
 

@@ -51,6 +51,21 @@ impl ApiError {
         }
     }
 
+    /// Reads the reason and message back from a status (a peer's reply).
+    pub fn from_status(status: &tonic::Status) -> Self {
+        use prost::Message;
+        match ErrorDetail::decode(status.details()) {
+            Ok(detail) if !detail.message.is_empty() => ApiError {
+                reason: ErrorReason::try_from(detail.reason).unwrap_or(ErrorReason::Unavailable),
+                message: detail.message,
+                retry_after: (detail.retry_after_ms > 0)
+                    .then(|| Duration::from_millis(detail.retry_after_ms)),
+                leader_hint: (!detail.leader_hint.is_empty()).then_some(detail.leader_hint),
+            },
+            _ => ApiError::new(ErrorReason::Unavailable, status.message().to_string()),
+        }
+    }
+
     fn code(&self) -> tonic::Code {
         match self.reason {
             ErrorReason::NotFound => tonic::Code::NotFound,

@@ -20,9 +20,18 @@ impl Management for ManagementService {
     ) -> Result<Response<pb::EventHubProperties>, Status> {
         let req = request.into_inner();
         let retention = (req.retention_ms > 0).then(|| Duration::from_millis(req.retention_ms));
+        let replication_factor = match req.replication_factor {
+            0 => None,
+            rf => Some(u8::try_from(rf).unwrap_or(u8::MAX)),
+        };
         let record = self
             .broker
-            .create_hub(&req.name, req.partition_count, retention)
+            .create_hub(
+                &req.name,
+                req.partition_count,
+                retention,
+                replication_factor,
+            )
             .await?;
         Ok(Response::new(convert::hub_properties(&record)))
     }
@@ -32,7 +41,7 @@ impl Management for ManagementService {
         request: Request<pb::GetEventHubRequest>,
     ) -> Result<Response<pb::EventHubProperties>, Status> {
         let hub = self.broker.hub(&request.into_inner().name)?;
-        Ok(Response::new(convert::hub_properties(&hub.record())))
+        Ok(Response::new(convert::hub_properties(&hub)))
     }
 
     async fn list_event_hubs(
@@ -77,7 +86,7 @@ impl Management for ManagementService {
         request: Request<pb::ListConsumerGroupsRequest>,
     ) -> Result<Response<pb::ListConsumerGroupsResponse>, Status> {
         let req = request.into_inner();
-        let record = self.broker.hub(&req.event_hub)?.record();
+        let record = self.broker.hub(&req.event_hub)?;
         let consumer_groups = record
             .consumer_groups
             .iter()
@@ -109,7 +118,8 @@ impl Management for ManagementService {
     ) -> Result<Response<pb::PartitionProperties>, Status> {
         let req = request.into_inner();
         let hub = self.broker.hub(&req.event_hub)?;
-        let partition = self.broker.partition(&hub, &req.partition_id)?;
+        let index = self.broker.partition_index(&hub, &req.partition_id)?;
+        let partition = self.broker.local_partition(&hub, index)?;
         Ok(Response::new(convert::partition_properties(
             &req.event_hub,
             &req.partition_id,

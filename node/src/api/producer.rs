@@ -50,9 +50,13 @@ impl Producer for ProducerService {
             )
             .into());
         }
-        let partition = self.broker.route(&hub, &target)?;
+        let index = self.broker.route(&hub, &target)?;
+        let partition = self.broker.local_partition(&hub, index)?;
         let started = std::time::Instant::now();
-        let appended = partition.append(&records).await.map_err(ApiError::from)?;
+        let appended = partition
+            .append(&records)
+            .await
+            .map_err(|e| self.broker.partition_error(e))?;
         metrics::histogram!("tributary_send_duration_seconds")
             .record(started.elapsed().as_secs_f64());
         metrics::counter!("tributary_events_in_total").increment(records.len() as u64);

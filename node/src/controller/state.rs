@@ -37,6 +37,10 @@ pub struct HubRecord {
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ClusterState {
+    /// Set once, by the node that bootstraps the controller.
+    pub cluster_id: String,
+    /// The controller group's voters.
+    pub controller_voters: Vec<u64>,
     pub nodes: BTreeMap<u64, NodeRecord>,
     pub hubs: BTreeMap<String, HubRecord>,
     /// Hub ids are never reused, so a re-created hub never meets an old hub's state.
@@ -45,6 +49,11 @@ pub struct ClusterState {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Command {
+    /// The first command of a cluster's controller log.
+    Bootstrap {
+        cluster_id: String,
+        voters: Vec<u64>,
+    },
     RegisterNode(NodeRecord),
     CreateHub {
         name: String,
@@ -110,6 +119,13 @@ pub fn hub_not_found(name: &str) -> CommandError {
 impl ClusterState {
     pub fn apply(&mut self, command: Command) -> Result<Reply, CommandError> {
         match command {
+            Command::Bootstrap { cluster_id, voters } => {
+                if self.cluster_id.is_empty() {
+                    self.cluster_id = cluster_id;
+                    self.controller_voters = voters;
+                }
+                Ok(Reply::Done)
+            }
             Command::RegisterNode(node) => {
                 self.nodes.insert(node.id, node);
                 Ok(Reply::Done)

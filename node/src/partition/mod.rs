@@ -19,6 +19,8 @@ use codec::EventRecord;
 use position::{Lookup, Position, PositionError};
 use state_machine::{PartitionStateMachine, Progress};
 
+use crate::group::GroupStateMachine;
+
 /// Sends waiting in one partition at most; more are refused with "server busy".
 pub const PARTITION_INFLIGHT_SENDS_MAX: usize = 4096;
 /// How long a send waits for a leader to be elected (after a restart) before giving up.
@@ -60,7 +62,7 @@ pub struct ReadEvent {
 pub struct Partition {
     pub group: GroupId,
     node_id: NodeId,
-    raft: Raft<PartitionStateMachine>,
+    raft: Raft<GroupStateMachine>,
     progress: watch::Receiver<Progress>,
     shard: Shard,
     stamp: Mutex<MonotonicStamp>,
@@ -82,21 +84,26 @@ fn storage(err: impl std::fmt::Display) -> PartitionError {
 }
 
 impl Partition {
-    /// Starts the partition's Raft group on `host`; a group that has never run is
-    /// initialized with this node as its only voter.
+    /// Starts the partition's Raft group on `host`. `initial_members` (node → peer address)
+    /// initializes a group that has never run; other replicas start empty and are brought in
+    /// by the leader.
     pub async fn open(
-        host: &GroupHost<PartitionStateMachine>,
+        host: &GroupHost<GroupStateMachine>,
         group: GroupId,
         shard: Shard,
-        node_addr: &str,
+        initial_members: BTreeMap<NodeId, String>,
         clock: Arc<dyn Clock>,
     ) -> Result<Partition, PartitionError> {
         let (state_machine, progress) =
             PartitionStateMachine::open(group, shard.clone()).map_err(storage)?;
         let node_id = host.node_id();
-        let members = BTreeMap::from([(node_id, node_addr.to_string())]);
         let raft = host
-            .start(group, shard.clone(), state_machine, members)
+            .start(
+                group,
+                shard.clone(),
+                GroupStateMachine::Partition(state_machine),
+                initial_members,
+            )
             .await
             .map_err(storage)?;
         let floor = progress.borrow().last_time_ms;
@@ -111,6 +118,31 @@ impl Partition {
             inflight: Semaphore::new(PARTITION_INFLIGHT_SENDS_MAX),
             read_calls: AtomicU64::new(0),
         })
+    }
+
+    /// The node believed to lead this partition, if any.
+    pub fn leader(&self) -> Option<NodeId> {
+        use openraft::type_config::async_runtime::WatchReceiver;
+        self.raft
+            .metrics()
+            .borrow_watched()
+            .current_leader
+            .map(NodeId)
+    }
+
+    /// Waits (until `deadline`) for the group to know a leader.
+    pub async fn wait_for_any_leader(&self, deadline: tokio::time::Instant) {
+        let timeout = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let _ = self
+            .raft
+            .wait(Some(timeout))
+            .metrics(|m| m.current_leader.is_some(), "partition leader known")
+            .await;
+    }
+
+    /// Whether this node leads the partition.
+    pub fn is_leader(&self) -> bool {
+        self.leader() == Some(self.node_id)
     }
 
     pub fn progress(&self) -> Progress {
@@ -174,21 +206,18 @@ impl Partition {
     }
 
     async fn wait_for_leader(&self) -> Result<(), PartitionError> {
-        self.raft
+        let metrics = self
+            .raft
             .wait(Some(LEADER_WAIT))
-            .current_leader(self.node_id.0, "partition leader elected")
+            .metrics(|m| m.current_leader.is_some(), "partition leader elected")
             .await
-            .map(|_| ())
-            .map_err(|_| PartitionError::NoLeader)
-    }
-
-    /// Waits until this node leads the partition (startup and readiness).
-    pub async fn await_leadership(&self, timeout: Duration) -> bool {
-        self.raft
-            .wait(Some(timeout))
-            .current_leader(self.node_id.0, "partition leader elected")
-            .await
-            .is_ok()
+            .map_err(|_| PartitionError::NoLeader)?;
+        match metrics.current_leader {
+            Some(leader) if leader == self.node_id.0 => Ok(()),
+            leader => Err(PartitionError::NotLeader {
+                leader: leader.map(NodeId),
+            }),
+        }
     }
 
     pub fn resolve(&self, position: Position) -> Result<i64, PartitionError> {

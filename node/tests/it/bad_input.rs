@@ -116,6 +116,7 @@ async fn names_and_counts_that_break_the_rules_are_invalid() {
                 name: "counts".into(),
                 partition_count,
                 retention_ms: 0,
+                replication_factor: 0,
             })
             .await
             .unwrap_err();

@@ -20,8 +20,9 @@ async fn caught_up_reader_is_woken_by_the_next_commit_without_polling() {
         .unwrap();
     assert_eq!(body(&stream.next().await.unwrap().unwrap()[0]), "before");
 
-    let hub = node.node.as_ref().unwrap().broker.hub("wake").unwrap();
-    let partition = hub.partitions[0].clone();
+    let broker = &node.node.as_ref().unwrap().broker;
+    let hub = broker.hub("wake").unwrap();
+    let partition = broker.local_partition(&hub, 0).unwrap();
     // Commits to another partition must not wake this reader.
     node.send("wake", "1", &["elsewhere"]).await;
     let reads_when_caught_up = partition.read_calls();

@@ -1,0 +1,589 @@
+//! Cluster membership on the peer port: discovery through seeds, bootstrapping the
+//! controller group once the expected nodes see each other, running controller commands on
+//! the controller leader, and keeping every node's view of the cluster state current.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::watch;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
+use tributary_proto::ErrorReason;
+use tributary_proto::peer::cluster_client::ClusterClient;
+use tributary_proto::peer::cluster_server::Cluster;
+use tributary_proto::peer::{
+    ClusterView, HelloReply, HelloRequest, NodeInfo, ProposeReply, ProposeRequest, WatchRequest,
+    propose_reply,
+};
+use tributary_raft::openraft_api::{ClientWriteError, RaftError};
+use tributary_raft::{Connector, GroupHost, Proposal, ProposalResult, Raft, TcpConnector};
+use tributary_storage::{MetaKey, Shard};
+use tributary_types::{Clock, GroupId, NodeId};
+
+use crate::api::error::ApiError;
+use crate::controller::state::{ClusterState, Command, ErrorKind, NodeRecord, Reply};
+use crate::controller::state_machine::{ControllerStateMachine, decode_result, encode_command};
+use crate::group::GroupStateMachine;
+
+/// Forwarding hops a controller command may take while leadership settles.
+const PROPOSE_HOPS_MAX: u32 = 3;
+/// How often discovery and registration retry.
+const RETRY_INTERVAL: Duration = Duration::from_millis(300);
+
+/// How a node finds its cluster.
+#[derive(Debug, Clone)]
+pub struct MembershipConfig {
+    pub seeds: Vec<String>,
+    pub bootstrap_expect: usize,
+    pub controller_voters: usize,
+    pub cluster_id: Option<String>,
+}
+
+pub struct ClusterRuntime {
+    pub me: NodeRecord,
+    config: MembershipConfig,
+    host: Arc<GroupHost<GroupStateMachine>>,
+    controller_shard: Shard,
+    clock: Arc<dyn Clock>,
+    known: RwLock<BTreeMap<u64, NodeRecord>>,
+    controller: RwLock<Option<Raft<GroupStateMachine>>>,
+    view: watch::Sender<Arc<ClusterState>>,
+    /// Set at shutdown: background tasks end.
+    stopping: watch::Sender<bool>,
+}
+
+fn to_info(node: &NodeRecord) -> NodeInfo {
+    NodeInfo {
+        id: node.id,
+        client_addr: node.client_addr.clone(),
+        peer_addr: node.peer_addr.clone(),
+    }
+}
+
+fn from_info(info: &NodeInfo) -> NodeRecord {
+    NodeRecord {
+        id: info.id,
+        client_addr: info.client_addr.clone(),
+        peer_addr: info.peer_addr.clone(),
+    }
+}
+
+fn peer_channel(addr: &str) -> Result<Channel, ApiError> {
+    TcpConnector
+        .channel(addr)
+        .map_err(|e| ApiError::new(ErrorReason::Unavailable, e))
+}
+
+impl ClusterRuntime {
+    pub fn new(
+        me: NodeRecord,
+        config: MembershipConfig,
+        host: Arc<GroupHost<GroupStateMachine>>,
+        controller_shard: Shard,
+        clock: Arc<dyn Clock>,
+    ) -> Arc<Self> {
+        let known = BTreeMap::from([(me.id, me.clone())]);
+        Arc::new(Self {
+            me,
+            config,
+            host,
+            controller_shard,
+            clock,
+            known: RwLock::new(known),
+            controller: RwLock::new(None),
+            view: watch::channel(Arc::new(ClusterState::default())).0,
+            stopping: watch::channel(false).0,
+        })
+    }
+
+    /// Ends the background tasks (view following, remote watch).
+    pub fn stop(&self) {
+        self.stopping.send_replace(true);
+    }
+
+    /// Resolves once [`ClusterRuntime::stop`] has been called.
+    pub async fn stopped(&self) {
+        let mut stopping = self.stopping.subscribe();
+        let _ = stopping.wait_for(|s| *s).await;
+    }
+
+    /// The latest cluster state this node knows, and its changes.
+    pub fn view(&self) -> watch::Receiver<Arc<ClusterState>> {
+        self.view.subscribe()
+    }
+
+    pub fn state(&self) -> Arc<ClusterState> {
+        self.view.borrow().clone()
+    }
+
+    fn controller(&self) -> Option<Raft<GroupStateMachine>> {
+        self.controller.read().expect("controller lock").clone()
+    }
+
+    fn has_controller_state(&self) -> bool {
+        matches!(
+            self.controller_shard
+                .meta(GroupId::CONTROLLER, MetaKey::Vote),
+            Ok(Some(_))
+        )
+    }
+
+    /// Starts this node's controller replica; `initial_voters` initializes a new group.
+    async fn start_controller(
+        self: &Arc<Self>,
+        initial_voters: BTreeMap<NodeId, String>,
+    ) -> anyhow::Result<()> {
+        let (sm, view) = ControllerStateMachine::open(self.controller_shard.clone())?;
+        let raft = self
+            .host
+            .start(
+                GroupId::CONTROLLER,
+                self.controller_shard.clone(),
+                GroupStateMachine::Controller(sm),
+                initial_voters,
+            )
+            .await?;
+        *self.controller.write().expect("controller lock") = Some(raft);
+        let this = self.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = this.follow_local_view(view) => {}
+                _ = this.stopped() => {}
+            }
+        });
+        Ok(())
+    }
+
+    async fn follow_local_view(&self, mut view: watch::Receiver<Arc<ClusterState>>) {
+        loop {
+            let state = view.borrow_and_update().clone();
+            self.publish(state);
+            if view.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    fn publish(&self, state: Arc<ClusterState>) {
+        {
+            let mut known = self.known.write().expect("known lock");
+            for node in state.nodes.values() {
+                known.insert(node.id, node.clone());
+            }
+        }
+        self.view.send_if_modified(|current| {
+            if **current == *state {
+                false
+            } else {
+                *current = state;
+                true
+            }
+        });
+    }
+
+    /// Joins or forms the cluster, then keeps the view current. Returns once this node is
+    /// registered with the controller.
+    pub async fn run(self: &Arc<Self>) -> anyhow::Result<()> {
+        if self.has_controller_state() {
+            // A controller voter restarting: its group is already initialized.
+            self.start_controller(BTreeMap::new()).await?;
+        } else {
+            self.discover().await?;
+        }
+        if self.controller().is_none() {
+            let this = self.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = this.clone().watch_remote() => {}
+                    _ = this.stopped() => {}
+                }
+            });
+        }
+        self.register().await;
+        Ok(())
+    }
+
+    /// Talks to the seeds until the cluster exists (join it) or the expected number of
+    /// nodes see each other (form it).
+    async fn discover(self: &Arc<Self>) -> anyhow::Result<()> {
+        let mut logged = false;
+        loop {
+            let mut voters_seen: Option<Vec<u64>> = None;
+            for seed in self.config.seeds.clone() {
+                match self.hello(&seed).await {
+                    Ok(reply) => {
+                        if !reply.controller_voters.is_empty() {
+                            voters_seen = Some(reply.controller_voters.clone());
+                        }
+                    }
+                    Err(err) if err.reason == ErrorReason::InvalidArgument => {
+                        anyhow::bail!("{}", err.message)
+                    }
+                    Err(err) => tracing::debug!(%seed, %err, "seed not reachable yet"),
+                }
+            }
+            if let Some(voters) = voters_seen {
+                tracing::info!(?voters, "joining a running cluster");
+                if voters.contains(&self.me.id) {
+                    // A voter whose data was lost: it rejoins through the leader.
+                    self.start_controller(BTreeMap::new()).await?;
+                }
+                return Ok(());
+            }
+            if self.controller().is_some() {
+                return Ok(());
+            }
+            let known: Vec<NodeRecord> = self
+                .known
+                .read()
+                .expect("known lock")
+                .values()
+                .cloned()
+                .collect();
+            if known.len() >= self.config.bootstrap_expect {
+                let voters: Vec<&NodeRecord> =
+                    known.iter().take(self.config.controller_voters).collect();
+                if voters.iter().any(|v| v.id == self.me.id) {
+                    let members: BTreeMap<NodeId, String> = voters
+                        .iter()
+                        .map(|v| (NodeId(v.id), v.peer_addr.clone()))
+                        .collect();
+                    let first = voters[0].id == self.me.id;
+                    tracing::info!(voters = ?members.keys().collect::<Vec<_>>(), initializing = first, "forming the controller group");
+                    self.start_controller(if first {
+                        members.clone()
+                    } else {
+                        BTreeMap::new()
+                    })
+                    .await?;
+                    if first {
+                        let cluster_id = self
+                            .config
+                            .cluster_id
+                            .clone()
+                            .unwrap_or_else(|| format!("{:016x}", rand::random::<u64>()));
+                        let voters = members.keys().map(|n| n.0).collect();
+                        self.propose_with_retry(Command::Bootstrap { cluster_id, voters })
+                            .await;
+                    }
+                    return Ok(());
+                }
+                // Not a voter: wait until the voters have formed the controller.
+            } else if !logged {
+                tracing::info!(
+                    known = known.len(),
+                    expected = self.config.bootstrap_expect,
+                    "waiting for the expected nodes to see each other"
+                );
+                logged = true;
+            }
+            tokio::time::sleep(RETRY_INTERVAL).await;
+        }
+    }
+
+    async fn hello(&self, addr: &str) -> Result<HelloReply, ApiError> {
+        let mut client = ClusterClient::new(peer_channel(addr)?);
+        let reply = client
+            .hello(HelloRequest {
+                cluster_id: self.cluster_id().unwrap_or_default(),
+                node: Some(to_info(&self.me)),
+            })
+            .await
+            .map_err(|s| ApiError::from_status(&s))?
+            .into_inner();
+        if let Some(node) = &reply.node {
+            self.learn(from_info(node));
+        }
+        for node in &reply.known {
+            self.learn(from_info(node));
+        }
+        Ok(reply)
+    }
+
+    fn learn(&self, node: NodeRecord) {
+        self.known
+            .write()
+            .expect("known lock")
+            .insert(node.id, node);
+    }
+
+    pub fn cluster_id(&self) -> Option<String> {
+        let state = self.state();
+        (!state.cluster_id.is_empty()).then(|| state.cluster_id.clone())
+    }
+
+    async fn register(&self) {
+        self.propose_with_retry(Command::RegisterNode(self.me.clone()))
+            .await;
+        tracing::info!(node = self.me.id, "registered with the controller");
+    }
+
+    async fn propose_with_retry(&self, command: Command) {
+        loop {
+            match self.propose(command.clone()).await {
+                Ok(_) => return,
+                Err(err) => {
+                    tracing::debug!(%err, "controller not ready yet");
+                    tokio::time::sleep(RETRY_INTERVAL).await;
+                }
+            }
+        }
+    }
+
+    /// Runs a controller command on the controller leader and returns its reply.
+    pub async fn propose(&self, command: Command) -> Result<Reply, ApiError> {
+        self.propose_encoded(encode_command(&command), 0).await
+    }
+
+    async fn propose_encoded(&self, command: bytes::Bytes, hops: u32) -> Result<Reply, ApiError> {
+        let target = match self.controller() {
+            Some(raft) => match raft
+                .client_write(Proposal::Controller(command.clone()))
+                .await
+            {
+                Ok(response) => return self.command_reply(response.data).await,
+                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
+                    match forward.leader_node {
+                        Some(node) => node.addr,
+                        None => return Err(no_controller_leader()),
+                    }
+                }
+                Err(err) => return Err(ApiError::internal(err.to_string())),
+            },
+            None => {
+                let voters = self.state().controller_voters.clone();
+                let known = self.known.read().expect("known lock").clone();
+                match voters.iter().find_map(|v| known.get(v)) {
+                    Some(voter) => voter.peer_addr.clone(),
+                    None => return Err(no_controller_leader()),
+                }
+            }
+        };
+        if hops >= PROPOSE_HOPS_MAX {
+            return Err(no_controller_leader());
+        }
+        let mut client = ClusterClient::new(peer_channel(&target)?);
+        let reply = client
+            .propose(ProposeRequest {
+                command,
+                hops: hops + 1,
+            })
+            .await
+            .map_err(|s| {
+                ApiError::new(
+                    ErrorReason::Unavailable,
+                    format!("controller at {target}: {}", s.message()),
+                )
+            })?
+            .into_inner();
+        match reply.result {
+            Some(propose_reply::Result::Reply(bytes)) => {
+                let result =
+                    decode_result(&bytes).map_err(|e| ApiError::internal(e.to_string()))?;
+                let reply = result.map_err(command_error)?;
+                Ok(reply)
+            }
+            Some(propose_reply::Result::Unavailable(message)) => {
+                Err(ApiError::new(ErrorReason::Unavailable, message))
+            }
+            None => Err(no_controller_leader()),
+        }
+    }
+
+    async fn command_reply(&self, result: ProposalResult) -> Result<Reply, ApiError> {
+        match result {
+            ProposalResult::Controller(bytes) => {
+                let result =
+                    decode_result(&bytes).map_err(|e| ApiError::internal(e.to_string()))?;
+                result.map_err(command_error)
+            }
+            other => Err(ApiError::internal(format!(
+                "controller command applied without a reply: {other:?}"
+            ))),
+        }
+    }
+
+    /// Non-voters follow the controller through a Watch stream from any voter.
+    async fn watch_remote(self: Arc<Self>) {
+        loop {
+            let voters = self.state().controller_voters.clone();
+            let candidates: Vec<String> = {
+                let known = self.known.read().expect("known lock");
+                let mut list: Vec<String> = voters
+                    .iter()
+                    .filter_map(|v| known.get(v))
+                    .map(|n| n.peer_addr.clone())
+                    .collect();
+                if list.is_empty() {
+                    list = self.config.seeds.clone();
+                }
+                list
+            };
+            for addr in candidates {
+                if let Err(err) = self.watch_from(&addr).await {
+                    tracing::debug!(%addr, %err, "cluster watch ended");
+                }
+            }
+            tokio::time::sleep(RETRY_INTERVAL).await;
+        }
+    }
+
+    async fn watch_from(&self, addr: &str) -> Result<(), ApiError> {
+        let mut client = ClusterClient::new(peer_channel(addr)?);
+        let mut stream = client
+            .watch(WatchRequest {})
+            .await
+            .map_err(|s| ApiError::from_status(&s))?
+            .into_inner();
+        while let Some(view) = stream.next().await {
+            let view = view.map_err(|s| ApiError::from_status(&s))?;
+            let state: ClusterState =
+                postcard::from_bytes(&view.state).map_err(|e| ApiError::internal(e.to_string()))?;
+            self.publish(Arc::new(state));
+        }
+        Ok(())
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    pub fn host(&self) -> &Arc<GroupHost<GroupStateMachine>> {
+        &self.host
+    }
+}
+
+fn no_controller_leader() -> ApiError {
+    ApiError::busy(
+        "the controller has no leader right now. Please wait 1 seconds and try again",
+        Duration::from_secs(1),
+    )
+}
+
+fn command_error(err: crate::controller::state::CommandError) -> ApiError {
+    let reason = match err.kind {
+        ErrorKind::NotFound => ErrorReason::NotFound,
+        ErrorKind::AlreadyExists => ErrorReason::AlreadyExists,
+        ErrorKind::InvalidArgument => ErrorReason::InvalidArgument,
+        ErrorKind::QuotaExceeded => ErrorReason::QuotaExceeded,
+    };
+    ApiError::new(reason, err.message)
+}
+
+/// The Cluster service on the peer port.
+pub struct ClusterService {
+    pub runtime: Arc<ClusterRuntime>,
+}
+
+#[tonic::async_trait]
+impl Cluster for ClusterService {
+    async fn hello(&self, request: Request<HelloRequest>) -> Result<Response<HelloReply>, Status> {
+        let req = request.into_inner();
+        let rt = &self.runtime;
+        let ours = rt.cluster_id();
+        if let (Some(ours), false) = (&ours, req.cluster_id.is_empty())
+            && *ours != req.cluster_id
+        {
+            return Err(ApiError::invalid(format!(
+                "node {} belongs to cluster '{}', but this cluster is '{ours}'; a node cannot join another cluster's seeds",
+                req.node.as_ref().map_or(0, |n| n.id),
+                req.cluster_id
+            ))
+            .into());
+        }
+        if let Some(node) = &req.node {
+            if node.id == rt.me.id && node.peer_addr != rt.me.peer_addr {
+                return Err(ApiError::invalid(format!(
+                    "node id {} is already used by the node at {}; give every node its own --node-id",
+                    node.id, rt.me.peer_addr
+                ))
+                .into());
+            }
+            rt.learn(from_info(node));
+        }
+        let known = rt
+            .known
+            .read()
+            .expect("known lock")
+            .values()
+            .map(to_info)
+            .collect();
+        Ok(Response::new(HelloReply {
+            cluster_id: ours.unwrap_or_default(),
+            node: Some(to_info(&rt.me)),
+            known,
+            controller_voters: rt.state().controller_voters.clone(),
+        }))
+    }
+
+    async fn propose(
+        &self,
+        request: Request<ProposeRequest>,
+    ) -> Result<Response<ProposeReply>, Status> {
+        let req = request.into_inner();
+        let result = match self.runtime.propose_encoded(req.command, req.hops).await {
+            Ok(reply) => propose_reply::Result::Reply(
+                postcard::to_allocvec(&Ok::<Reply, crate::controller::state::CommandError>(reply))
+                    .expect("replies encode")
+                    .into(),
+            ),
+            Err(err) => match err.reason {
+                ErrorReason::NotFound
+                | ErrorReason::AlreadyExists
+                | ErrorReason::InvalidArgument
+                | ErrorReason::QuotaExceeded => propose_reply::Result::Reply(
+                    postcard::to_allocvec(&Err::<Reply, _>(
+                        crate::controller::state::CommandError {
+                            kind: match err.reason {
+                                ErrorReason::NotFound => ErrorKind::NotFound,
+                                ErrorReason::AlreadyExists => ErrorKind::AlreadyExists,
+                                ErrorReason::QuotaExceeded => ErrorKind::QuotaExceeded,
+                                _ => ErrorKind::InvalidArgument,
+                            },
+                            message: err.message,
+                        },
+                    ))
+                    .expect("errors encode")
+                    .into(),
+                ),
+                _ => propose_reply::Result::Unavailable(err.message),
+            },
+        };
+        Ok(Response::new(ProposeReply {
+            result: Some(result),
+        }))
+    }
+
+    type WatchStream = ReceiverStream<Result<ClusterView, Status>>;
+
+    async fn watch(
+        &self,
+        _request: Request<WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let mut view = self.runtime.view();
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            loop {
+                let state = view.borrow_and_update().clone();
+                let bytes = postcard::to_allocvec(&*state).expect("state encodes");
+                if tx
+                    .send(Ok(ClusterView {
+                        state: bytes.into(),
+                    }))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                tokio::select! {
+                    changed = view.changed() => if changed.is_err() { return },
+                    _ = tx.closed() => return,
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
