@@ -3,25 +3,20 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tributary_proto::v1 as proto;
-use tributary_proto::v1::consumer_client::ConsumerClient as ConsumerStub;
 use tributary_proto::v1::management_client::ManagementClient as ManagementStub;
-use tributary_proto::v1::producer_client::ProducerClient as ProducerStub;
+
+use crate::routing::{Routing, make_channel};
 
 use crate::{ClientError, ConsumerClient, ProducerClient};
-
-/// How long establishing a TCP connection may take before calls fail.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// HTTP/2 pings keep idle connections (e.g. a caught-up consumer) from being dropped by
-/// middleboxes, and notice dead peers.
-const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 
 /// A connection to one Tributary node. Cheap to clone: clones share the connection.
 #[derive(Debug, Clone)]
 pub struct Client {
     pub(crate) channel: Channel,
     pub(crate) endpoint: Arc<str>,
+    pub(crate) routing: Routing,
 }
 
 impl Client {
@@ -30,21 +25,12 @@ impl Client {
     /// unreachable node shows up as a [`ClientError::Transport`] from that call; a malformed
     /// endpoint is an error here.
     pub async fn connect(endpoint: &str) -> Result<Client, ClientError> {
-        let endpoint = normalize_endpoint(endpoint)?;
-        let channel = Endpoint::from_shared(endpoint.clone())
-            .map_err(|e| {
-                ClientError::InvalidArgument(format!(
-                    "endpoint '{endpoint}' is not a valid URL: {e}"
-                ))
-            })?
-            .connect_timeout(CONNECT_TIMEOUT)
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
-            .keep_alive_while_idle(true)
-            .connect_lazy();
+        let endpoint: Arc<str> = normalize_endpoint(endpoint)?.into();
+        let channel = make_channel(&endpoint)?;
         Ok(Client {
+            routing: Routing::new(endpoint.clone(), channel.clone()),
             channel,
-            endpoint: endpoint.into(),
+            endpoint,
         })
     }
 
@@ -53,20 +39,14 @@ impl Client {
         &self.endpoint
     }
 
-    /// A producer sharing this client's connection.
+    /// A producer sharing this client's connections.
     pub fn producer(&self) -> ProducerClient {
-        ProducerClient::new(
-            ProducerStub::new(self.channel.clone()),
-            self.endpoint.clone(),
-        )
+        ProducerClient::new(self.routing.clone())
     }
 
-    /// A consumer sharing this client's connection.
+    /// A consumer sharing this client's connections.
     pub fn consumer(&self) -> ConsumerClient {
-        ConsumerClient::new(
-            ConsumerStub::new(self.channel.clone()),
-            self.endpoint.clone(),
-        )
+        ConsumerClient::new(self.routing.clone())
     }
 
     /// Creates an event hub. `retention: None` takes the service default (24 h).
@@ -202,8 +182,19 @@ impl Client {
             event_hub: event_hub.to_owned(),
             partition_id: partition_id.to_owned(),
         };
-        let response = self.management().get_partition_properties(request).await;
-        self.unwrap(response)
+        let key = (event_hub.to_owned(), partition_id.to_owned());
+        self.routing
+            .call(Some(key), |channel, endpoint| {
+                let request = request.clone();
+                async move {
+                    ManagementStub::new(channel)
+                        .get_partition_properties(request)
+                        .await
+                        .map(tonic::Response::into_inner)
+                        .map_err(|status| ClientError::from_status(status, &endpoint))
+                }
+            })
+            .await
     }
 
     fn management(&self) -> ManagementStub<Channel> {

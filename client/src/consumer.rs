@@ -5,23 +5,22 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::Stream;
-use tonic::transport::Channel;
 use tributary_proto::v1 as proto;
 use tributary_proto::v1::consumer_client::ConsumerClient as ConsumerStub;
 
 use crate::client::require_name;
+use crate::routing::Routing;
 use crate::{ClientError, EventPosition, ReceivedEvent};
 
 /// Reads partitions of event hubs on behalf of a consumer group. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct ConsumerClient {
-    stub: ConsumerStub<Channel>,
-    endpoint: Arc<str>,
+    routing: Routing,
 }
 
 impl ConsumerClient {
-    pub(crate) fn new(stub: ConsumerStub<Channel>, endpoint: Arc<str>) -> Self {
-        ConsumerClient { stub, endpoint }
+    pub(crate) fn new(routing: Routing) -> Self {
+        ConsumerClient { routing }
     }
 
     /// Starts reading `partition_id` of `event_hub` from `position`. The stream yields batches
@@ -46,17 +45,24 @@ impl ConsumerClient {
             position: Some(position.into()),
             max_batch,
         };
-        let mut stub = self.stub.clone();
-        let inner = stub
-            .receive(request)
+        let key = (event_hub.to_owned(), partition_id.to_owned());
+        self.routing
+            .call(Some(key), |channel, endpoint| {
+                let request = request.clone();
+                async move {
+                    let inner = ConsumerStub::new(channel)
+                        .receive(request)
+                        .await
+                        .map_err(|status| ClientError::from_status(status, &endpoint))?
+                        .into_inner();
+                    Ok(ReceiveStream {
+                        inner,
+                        endpoint,
+                        last_enqueued_sequence_number: None,
+                    })
+                }
+            })
             .await
-            .map_err(|status| ClientError::from_status(status, &self.endpoint))?
-            .into_inner();
-        Ok(ReceiveStream {
-            inner,
-            endpoint: self.endpoint.clone(),
-            last_enqueued_sequence_number: None,
-        })
     }
 }
 

@@ -33,6 +33,7 @@ mod error;
 mod event;
 mod position;
 mod producer;
+mod routing;
 mod time;
 
 pub use client::Client;

@@ -1,14 +1,12 @@
 //! Sending events.
 
-use std::sync::Arc;
-
-use tonic::transport::Channel;
 use tributary_proto::v1 as proto;
 use tributary_proto::v1::producer_client::ProducerClient as ProducerStub;
 use tributary_proto::v1::send_request::Target;
 
 use crate::ClientError;
 use crate::client::require_name;
+use crate::routing::Routing;
 
 /// Where a batch goes.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -25,13 +23,12 @@ pub enum SendTarget {
 /// Sends batches of events to event hubs. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct ProducerClient {
-    stub: ProducerStub<Channel>,
-    endpoint: Arc<str>,
+    routing: Routing,
 }
 
 impl ProducerClient {
-    pub(crate) fn new(stub: ProducerStub<Channel>, endpoint: Arc<str>) -> Self {
-        ProducerClient { stub, endpoint }
+    pub(crate) fn new(routing: Routing) -> Self {
+        ProducerClient { routing }
     }
 
     /// Appends `events` to one partition of `event_hub`, atomically: all of them land
@@ -67,11 +64,23 @@ impl ProducerClient {
             target,
             events,
         };
-        // The stub needs `&mut self`; clones share the underlying connection.
-        let mut stub = self.stub.clone();
-        stub.send(request)
+        // Sends to an explicit partition go straight to its cached leader. Retrying after a
+        // failover may store a batch twice (at-least-once) until producers are idempotent.
+        let key = match &request.target {
+            Some(Target::PartitionId(id)) => Some((event_hub.to_owned(), id.clone())),
+            _ => None,
+        };
+        self.routing
+            .call(key, |channel, endpoint| {
+                let request = request.clone();
+                async move {
+                    ProducerStub::new(channel)
+                        .send(request)
+                        .await
+                        .map(tonic::Response::into_inner)
+                        .map_err(|status| ClientError::from_status(status, &endpoint))
+                }
+            })
             .await
-            .map(tonic::Response::into_inner)
-            .map_err(|status| ClientError::from_status(status, &self.endpoint))
     }
 }

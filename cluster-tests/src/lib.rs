@@ -15,6 +15,6 @@ pub use binary::{
     workspace_dir,
 };
 pub use http::{HttpResponse, http_get};
-pub use node_process::{NodeProcess, READY_TIMEOUT, free_port};
+pub use node_process::{NodeProcess, PEER_ADDR_ENV, READY_TIMEOUT, free_port};
 pub use seed::test_seed;
 pub use test_dir::TestDir;

@@ -26,6 +26,8 @@ const EXIT_TIMEOUT: Duration = Duration::from_secs(30);
 const READY_POLL_INTERVAL: Duration = Duration::from_millis(25);
 /// Starts on fresh ports after the previous ports turned out to be taken.
 const START_ATTEMPTS_MAX: u32 = 5;
+/// Sets the node-to-node port (`--peer-addr`).
+pub const PEER_ADDR_ENV: &str = "TRIBUTARY_PEER_ADDR";
 /// Log lines shown when a node fails or a test panics.
 const LOG_TAIL_LINES: usize = 40;
 
@@ -37,6 +39,7 @@ pub struct NodeProcess {
     extra_args: Vec<String>,
     client_port: u16,
     http_port: u16,
+    peer_port: u16,
     log_path: PathBuf,
     /// Where the current run's output starts in the log.
     run_log_start: u64,
@@ -66,6 +69,7 @@ impl NodeProcess {
             extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
             client_port: 0,
             http_port: 0,
+            peer_port: 0,
             log_path,
             run_log_start: 0,
             child: None,
@@ -73,6 +77,7 @@ impl NodeProcess {
         for attempt in 1..=START_ATTEMPTS_MAX {
             node.client_port = free_port();
             node.http_port = free_port();
+            node.peer_port = free_port();
             node.spawn();
             match node.ready_or_exit().await {
                 Readiness::Ready => return node,
@@ -117,7 +122,7 @@ impl NodeProcess {
         self.child.as_ref().and_then(Child::id)
     }
 
-    /// Waits until `/readyz` answers 200 (every partition has a leader). Panics, showing the
+    /// Waits until `/readyz` answers 200 (the node says it is ready). Panics, showing the
     /// log, if the process exits first or [`READY_TIMEOUT`] passes.
     pub async fn wait_ready(&mut self) {
         if let Readiness::Exited(status) = self.ready_or_exit().await {
@@ -184,6 +189,8 @@ impl NodeProcess {
             .arg(format!("127.0.0.1:{}", self.client_port))
             .arg("--http-addr")
             .arg(format!("127.0.0.1:{}", self.http_port))
+            // Through the environment, so binaries from before the peer port still start.
+            .env(PEER_ADDR_ENV, format!("127.0.0.1:{}", self.peer_port))
             .args(&self.extra_args);
         let described = format!("{:?}", command.as_std());
         writeln!(log, "=== cluster-tests: starting {described}").expect("log is writable");

@@ -13,7 +13,10 @@ use rand::rngs::StdRng;
 use rand::seq::IndexedRandom as _;
 use rand::{Rng as _, SeedableRng as _};
 use tokio::time::Instant;
-use tributary_client::{Client, EventData, EventPosition, ReceivedEvent, SendResponse, SendTarget};
+use tributary_client::{
+    Client, ErrorReason, EventData, EventPosition, PartitionProperties, ReceivedEvent,
+    SendResponse, SendTarget,
+};
 use tributary_cluster_tests::{NodeProcess, TestDir, test_seed};
 
 const HUB: &str = "crash";
@@ -35,6 +38,10 @@ const KILL_DELAY_MS_MIN: u64 = 20;
 const KILL_DELAY_MS_MAX: u64 = 300;
 /// Acknowledged batches per round that are also read back from their own sequence number.
 const SAMPLED_READS_PER_ROUND_MAX: usize = 16;
+/// The longest pause after a SERVER_BUSY reply (the node's retry-after, capped).
+const BUSY_PAUSE_MAX: Duration = Duration::from_millis(500);
+/// Sends of the batch that checks numbering continues, while the node answers SERVER_BUSY.
+const CONTINUATION_ATTEMPTS_MAX: u32 = 20;
 /// How long reading a range of events, or producers noticing the kill, may take.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
 const PRODUCERS_STOP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -61,6 +68,8 @@ struct History {
     /// Which batch and index each body belongs to (bodies are unique).
     body_owner: HashMap<Bytes, (BatchId, usize)>,
     acks: HashMap<BatchId, SendResponse>,
+    /// Sends refused with SERVER_BUSY.
+    busy_replies: usize,
     /// Whether an unacknowledged batch was found after the crash that interrupted it; it
     /// must stay that way after every later crash.
     unacked_outcome: HashMap<BatchId, bool>,
@@ -184,6 +193,17 @@ async fn produce(
                 history.lock().unwrap().acks.insert(id, response);
             }
             Err(_) if killed.load(Ordering::SeqCst) => return Ok(()),
+            Err(error) if error.reason() == Some(ErrorReason::ServerBusy) => {
+                // An operating condition, not a crash-safety failure: the batch stays
+                // unacknowledged (present or absent are both allowed) and the producer goes
+                // on after the pause the node asked for.
+                history.lock().unwrap().busy_replies += 1;
+                let pause = error
+                    .retry_after()
+                    .unwrap_or(BUSY_PAUSE_MAX)
+                    .min(BUSY_PAUSE_MAX);
+                tokio::time::sleep(pause).await;
+            }
             Err(error) => {
                 return Err(format!("batch {id:?} failed before the kill: {error}"));
             }
@@ -211,13 +231,10 @@ async fn verify(
     round: u32,
     rng: &mut StdRng,
 ) -> Result<String, String> {
+    let before = all_partition_properties(client).await?;
     let mut partitions = Vec::new();
-    for p in 0..PARTITIONS {
-        let partition = p.to_string();
-        let properties = client
-            .get_partition_properties(HUB, &partition)
-            .await
-            .map_err(|e| format!("partition {partition} properties: {e}"))?;
+    for properties in &before {
+        let partition = properties.partition_id.clone();
         if properties.begin_sequence_number != 0 {
             return Err(format!(
                 "partition {partition} lost its start: {properties:?}"
@@ -235,6 +252,23 @@ async fn verify(
             ));
         }
         partitions.push((partition, events));
+    }
+    // Nothing sends now, so the partitions must not change. If they do, the node said it was
+    // ready (and served reads) before applying everything committed before the crash; the
+    // checks below would then blame individual batches.
+    let after = all_partition_properties(client).await?;
+    let last_numbers = |all: &[PartitionProperties]| -> Vec<i64> {
+        all.iter()
+            .map(|p| p.last_enqueued_sequence_number)
+            .collect()
+    };
+    let (before, after) = (last_numbers(&before), last_numbers(&after));
+    if after != before {
+        return Err(format!(
+            "without any send, the partitions' last sequence numbers went from {before:?} \
+             right after /readyz answered 200 to {after:?}: the node served reads before it \
+             had applied every entry committed before the crash"
+        ));
     }
 
     let checked = check_history(&mut history.lock().unwrap(), &partitions, round)?;
@@ -257,10 +291,12 @@ async fn verify(
         .collect();
     Ok(format!(
         "{} batches acknowledged this round ({} in all, {} read back by sequence number), \
-         in flight at the kill: {} recovered, {} lost; {}",
+         unacknowledged (in flight at the kill, or refused busy: {} so far): {} recovered, \
+         {} lost; {}",
         checked.this_round.len(),
         checked.acked,
         sampled.len(),
+        checked.busy_replies,
         checked.kept,
         checked.lost,
         sizes.join(", ")
@@ -271,9 +307,11 @@ async fn verify(
 struct Checked {
     /// Acknowledged batches, all present.
     acked: usize,
-    /// Batches in flight at this round's kill that were recovered, and that were lost.
+    /// Batches unacknowledged this round that were recovered, and that were lost.
     kept: usize,
     lost: usize,
+    /// SERVER_BUSY replies so far.
+    busy_replies: usize,
     /// This round's acknowledged batches.
     this_round: Vec<(BatchId, SendResponse, Batch)>,
 }
@@ -346,8 +384,23 @@ fn check_history(
         acked: history.acks.len(),
         kept,
         lost,
+        busy_replies: history.busy_replies,
         this_round,
     })
+}
+
+/// The properties of every partition, in partition order. Only called once the node said it
+/// was ready, so a refusal is an error too.
+async fn all_partition_properties(client: &Client) -> Result<Vec<PartitionProperties>, String> {
+    let mut all = Vec::new();
+    for p in 0..PARTITIONS {
+        let properties = client
+            .get_partition_properties(HUB, &p.to_string())
+            .await
+            .map_err(|e| format!("partition {p} properties (after /readyz answered 200): {e}"))?;
+        all.push(properties);
+    }
+    Ok(all)
 }
 
 /// The batches of each partition in order, one line each, for failure messages.
@@ -495,31 +548,51 @@ async fn continue_numbering(
 ) -> Result<(), String> {
     for p in 0..PARTITIONS {
         let partition = p.to_string();
-        let properties = client
-            .get_partition_properties(HUB, &partition)
-            .await
-            .map_err(|e| format!("partition {partition} properties: {e}"))?;
-        let id = BatchId {
-            producer: round * PRODUCER_IDS_PER_ROUND + CONTINUATION_PRODUCER,
-            batch: p,
+        let mut attempt = 0;
+        let (id, properties, response) = loop {
+            let properties = client
+                .get_partition_properties(HUB, &partition)
+                .await
+                .map_err(|e| format!("partition {partition} properties: {e}"))?;
+            // A fresh batch per attempt keeps every body unique.
+            let id = BatchId {
+                producer: round * PRODUCER_IDS_PER_ROUND + CONTINUATION_PRODUCER,
+                batch: attempt * PARTITIONS + p,
+            };
+            let bodies = vec![event_body(id, 0, 1, 0)];
+            history.lock().unwrap().attempt(
+                id,
+                Batch {
+                    partition: partition.clone(),
+                    bodies: bodies.clone(),
+                },
+            );
+            let events = bodies.into_iter().map(EventData::from_body);
+            match client
+                .producer()
+                .send(HUB, SendTarget::PartitionId(partition.clone()), events)
+                .await
+            {
+                Ok(response) => break (id, properties, response),
+                Err(error)
+                    if error.reason() == Some(ErrorReason::ServerBusy)
+                        && attempt + 1 < CONTINUATION_ATTEMPTS_MAX =>
+                {
+                    history.lock().unwrap().busy_replies += 1;
+                    let pause = error
+                        .retry_after()
+                        .unwrap_or(BUSY_PAUSE_MAX)
+                        .min(BUSY_PAUSE_MAX);
+                    tokio::time::sleep(pause).await;
+                    attempt += 1;
+                }
+                Err(error) => {
+                    return Err(format!(
+                        "send after the restart to partition {partition}: {error}"
+                    ));
+                }
+            }
         };
-        let bodies = vec![event_body(id, 0, 1, 0)];
-        history.lock().unwrap().attempt(
-            id,
-            Batch {
-                partition: partition.clone(),
-                bodies: bodies.clone(),
-            },
-        );
-        let response = client
-            .producer()
-            .send(
-                HUB,
-                SendTarget::PartitionId(partition.clone()),
-                bodies.into_iter().map(EventData::from_body),
-            )
-            .await
-            .map_err(|e| format!("send after the restart to partition {partition}: {e}"))?;
         let expected = properties.last_enqueued_sequence_number + 1;
         if response.first_sequence_number != expected {
             return Err(format!(

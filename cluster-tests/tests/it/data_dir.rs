@@ -8,7 +8,8 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use tributary_cluster_tests::{
-    NodeProcess, TestDir, describe_output, free_port, output_within, tributary_command,
+    NodeProcess, PEER_ADDR_ENV, TestDir, describe_output, free_port, output_within,
+    tributary_command,
 };
 
 /// How long a node that should refuse to start may take to exit.
@@ -35,6 +36,7 @@ async fn not_writable(root: &Path) {
         serve(&data_dir, &[]).await
     } else {
         // Privileged (root ignores permissions): run the node as `nobody` instead.
+        eprintln!("this process ignores permissions; running the node as uid {NOBODY_ID}");
         std::fs::remove_file(&probe).unwrap();
         std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
         match serve_as_nobody(&data_dir).await {
@@ -128,6 +130,7 @@ fn serve_command(data_dir: &Path, args: &[&str]) -> tokio::process::Command {
         .arg(format!("127.0.0.1:{}", free_port()))
         .arg("--http-addr")
         .arg(format!("127.0.0.1:{}", free_port()))
+        .env(PEER_ADDR_ENV, format!("127.0.0.1:{}", free_port()))
         .args(args);
     command
 }

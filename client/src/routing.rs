@@ -1,0 +1,186 @@
+//! Getting a call to the node that can answer it: follow NOT_LEADER hints, remember
+//! partition leaders, and retry transient failures with bounded, jittered backoff.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tonic::transport::{Channel, Endpoint};
+use tributary_proto::v1::ErrorReason;
+
+use crate::ClientError;
+
+/// How long a call keeps retrying transient failures before giving up.
+pub const RETRY_DEADLINE: Duration = Duration::from_secs(30);
+/// Backoff before the first retry; doubles per attempt up to [`BACKOFF_MAX`].
+const BACKOFF_FIRST: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// NOT_LEADER hints followed at once before backing off (leadership may be moving).
+const HINT_HOPS_MAX: u32 = 3;
+/// Connections kept to nodes other than the first.
+const CHANNELS_MAX: usize = 64;
+
+/// A partition, as the leader cache knows it: (event hub, partition id).
+pub(crate) type PartitionKey = (String, String);
+
+#[derive(Debug)]
+struct Inner {
+    base: Arc<str>,
+    channels: Mutex<HashMap<Arc<str>, Channel>>,
+    leaders: Mutex<HashMap<PartitionKey, Arc<str>>>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Routing {
+    inner: Arc<Inner>,
+}
+
+/// How long establishing a TCP connection may take before calls fail.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// HTTP/2 pings keep idle connections (e.g. a caught-up consumer) from being dropped by
+/// middleboxes, and notice dead peers.
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// A lazily connected channel to `endpoint` (remade when it breaks).
+pub(crate) fn make_channel(endpoint: &str) -> Result<Channel, ClientError> {
+    Ok(Endpoint::from_shared(endpoint.to_owned())
+        .map_err(|e| {
+            ClientError::InvalidArgument(format!("endpoint '{endpoint}' is not a valid URL: {e}"))
+        })?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
+        .keep_alive_while_idle(true)
+        .connect_lazy())
+}
+
+/// Backoff before retry `attempt` (1-based): exponential, capped, with ±50 % jitter so
+/// many clients do not retry in lockstep.
+pub(crate) fn backoff(attempt: u32) -> Duration {
+    let base = BACKOFF_FIRST
+        .saturating_mul(1 << attempt.saturating_sub(1).min(10))
+        .min(BACKOFF_MAX);
+    base.mul_f64(rand::random_range(0.5..1.5))
+}
+
+impl Routing {
+    pub(crate) fn new(base: Arc<str>, channel: Channel) -> Self {
+        let channels = HashMap::from([(base.clone(), channel)]);
+        Self {
+            inner: Arc::new(Inner {
+                base,
+                channels: Mutex::new(channels),
+                leaders: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    fn channel(&self, endpoint: &Arc<str>) -> Result<Channel, ClientError> {
+        let mut channels = self.inner.channels.lock().expect("channels lock");
+        if let Some(channel) = channels.get(endpoint) {
+            return Ok(channel.clone());
+        }
+        if channels.len() >= CHANNELS_MAX {
+            let base = self.inner.base.clone();
+            channels.retain(|e, _| *e == base);
+        }
+        let channel = make_channel(endpoint)?;
+        channels.insert(endpoint.clone(), channel.clone());
+        Ok(channel)
+    }
+
+    /// Runs `call` against the partition's leader (or the first node), following hints and
+    /// retrying transient failures until [`RETRY_DEADLINE`].
+    pub(crate) async fn call<T, F, Fut>(
+        &self,
+        partition: Option<PartitionKey>,
+        mut call: F,
+    ) -> Result<T, ClientError>
+    where
+        F: FnMut(Channel, Arc<str>) -> Fut,
+        Fut: Future<Output = Result<T, ClientError>>,
+    {
+        let deadline = tokio::time::Instant::now() + RETRY_DEADLINE;
+        let cached = partition.as_ref().and_then(|p| {
+            self.inner
+                .leaders
+                .lock()
+                .expect("leaders lock")
+                .get(p)
+                .cloned()
+        });
+        let mut endpoint = cached.unwrap_or_else(|| self.inner.base.clone());
+        let mut attempt = 0u32;
+        let mut hops = 0u32;
+        loop {
+            let result = call(self.channel(&endpoint)?, endpoint.clone()).await;
+            let err = match result {
+                Ok(value) => {
+                    if let Some(p) = partition {
+                        self.inner
+                            .leaders
+                            .lock()
+                            .expect("leaders lock")
+                            .insert(p, endpoint);
+                    }
+                    return Ok(value);
+                }
+                Err(err) => err,
+            };
+            if !err.is_transient() || tokio::time::Instant::now() >= deadline {
+                return Err(err);
+            }
+            if let Some(p) = &partition {
+                self.inner.leaders.lock().expect("leaders lock").remove(p);
+            }
+            match &err {
+                ClientError::Service {
+                    reason: ErrorReason::NotLeader,
+                    leader_hint: Some(hint),
+                    ..
+                } if hops < HINT_HOPS_MAX => {
+                    hops += 1;
+                    endpoint = normalize_hint(hint).into();
+                    continue;
+                }
+                ClientError::Transport { .. } => endpoint = self.inner.base.clone(),
+                _ => {}
+            }
+            hops = 0;
+            attempt += 1;
+            let wait = err.retry_after().unwrap_or_else(|| backoff(attempt));
+            tokio::time::sleep_until((tokio::time::Instant::now() + wait).min(deadline)).await;
+        }
+    }
+}
+
+fn normalize_hint(hint: &str) -> String {
+    if hint.contains("://") {
+        hint.to_owned()
+    } else {
+        format!("http://{hint}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_is_capped_and_jittered() {
+        for attempt in 1..20 {
+            let d = backoff(attempt);
+            assert!(d >= BACKOFF_FIRST.mul_f64(0.5), "{d:?}");
+            assert!(d <= BACKOFF_MAX.mul_f64(1.5), "{d:?}");
+        }
+        let late: Vec<_> = (0..50).map(|_| backoff(10)).collect();
+        assert!(late.iter().any(|d| *d != late[0]), "jittered");
+    }
+
+    #[test]
+    fn hints_become_endpoints() {
+        assert_eq!(normalize_hint("10.0.0.2:7400"), "http://10.0.0.2:7400");
+        assert_eq!(normalize_hint("http://a:1"), "http://a:1");
+    }
+}
