@@ -372,17 +372,19 @@ impl Broker {
         ))
     }
 
-    /// The leader replica of a partition, for sends and reads.
-    pub fn leader_partition(
+    /// The leader replica of a partition, caught up with everything committed: reads are
+    /// served from it.
+    pub async fn leader_partition(
         &self,
         hub: &HubRecord,
         index: u16,
     ) -> Result<Arc<Partition>, ApiError> {
         let partition = self.local_partition(hub, index)?;
-        match partition.leader() {
-            Some(leader) if leader == self.node_id() => Ok(partition),
-            leader => Err(self.partition_error(PartitionError::NotLeader { leader })),
-        }
+        partition
+            .ensure_caught_up()
+            .await
+            .map_err(|e| self.partition_error(e))?;
+        Ok(partition)
     }
 
     fn not_leader(&self, leader: Option<NodeId>, message: String) -> ApiError {

@@ -70,7 +70,13 @@ async fn readyz(State(broker): State<Arc<Broker>>) -> (StatusCode, String) {
         );
     }
     for partition in broker.local_partitions() {
-        if partition.leader().is_none() {
+        // A leader must have re-applied its log before it serves; a follower needs a leader.
+        let ready = if partition.is_leader() {
+            partition.ensure_caught_up().await.is_ok()
+        } else {
+            partition.leader().is_some()
+        };
+        if !ready {
             return (
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("partition {} has no leader yet\n", partition.group),

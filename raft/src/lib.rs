@@ -19,7 +19,10 @@ pub use types::{
 
 /// Re-exports of openraft items the node needs, so it names them through this crate.
 pub mod openraft_api {
-    pub use openraft::error::{ClientWriteError, ForwardToLeader, RaftError};
+    pub use openraft::ReadPolicy;
+    pub use openraft::error::{
+        ClientWriteError, ForwardToLeader, LinearizableReadError, RaftError,
+    };
     pub use openraft::storage::{EntryResponder, RaftStateMachine};
     pub use openraft::{BasicNode, EntryPayload, RaftSnapshotBuilder, StoredMembership};
 

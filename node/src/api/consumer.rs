@@ -37,7 +37,7 @@ impl Consumer for ConsumerService {
         };
         self.broker.check_consumer_group(&hub, group)?;
         let index = self.broker.partition_index(&hub, &req.partition_id)?;
-        let partition = self.broker.leader_partition(&hub, index)?;
+        let partition = self.broker.leader_partition(&hub, index).await?;
         let max_batch = match req.max_batch {
             0 => RECEIVE_BATCH_EVENTS_DEFAULT,
             n if n > RECEIVE_BATCH_EVENTS_MAX => {

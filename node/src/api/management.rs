@@ -119,7 +119,7 @@ impl Management for ManagementService {
         let req = request.into_inner();
         let hub = self.broker.hub(&req.event_hub)?;
         let index = self.broker.partition_index(&hub, &req.partition_id)?;
-        let partition = self.broker.local_partition(&hub, index)?;
+        let partition = self.broker.leader_partition(&hub, index).await?;
         Ok(Response::new(convert::partition_properties(
             &req.event_hub,
             &req.partition_id,

@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Semaphore, watch};
-use tributary_raft::openraft_api::{ClientWriteError, RaftError};
+use tributary_raft::openraft_api::{
+    ClientWriteError, LinearizableReadError, RaftError, ReadPolicy,
+};
 use tributary_raft::{AppendBatch, GroupHost, Proposal, ProposalResult, Raft, decode_entry};
 use tributary_storage::Shard;
 use tributary_types::{Clock, GroupId, MonotonicStamp, NodeId};
@@ -69,6 +71,9 @@ pub struct Partition {
     clock: Arc<dyn Clock>,
     inflight: Semaphore,
     read_calls: AtomicU64,
+    /// The leader term in which this replica has applied everything committed before it
+    /// became leader (0: none yet). Reads are served only then.
+    caught_up_term: AtomicU64,
 }
 
 impl std::fmt::Debug for Partition {
@@ -117,6 +122,7 @@ impl Partition {
             clock,
             inflight: Semaphore::new(PARTITION_INFLIGHT_SENDS_MAX),
             read_calls: AtomicU64::new(0),
+            caught_up_term: AtomicU64::new(0),
         })
     }
 
@@ -128,6 +134,46 @@ impl Partition {
             .borrow_watched()
             .current_leader
             .map(NodeId)
+    }
+
+    /// Makes sure this replica leads and has applied every entry committed before its
+    /// leadership, so reads see every acknowledged event. After a restart the durable log is
+    /// re-applied in the background; until then reads would miss acknowledged events.
+    pub async fn ensure_caught_up(&self) -> Result<(), PartitionError> {
+        let term = {
+            use openraft::type_config::async_runtime::WatchReceiver;
+            let metrics = self.raft.metrics();
+            let metrics = metrics.borrow_watched();
+            if metrics.current_leader != Some(self.node_id.0) {
+                return Err(match metrics.current_leader {
+                    Some(leader) => PartitionError::NotLeader {
+                        leader: Some(NodeId(leader)),
+                    },
+                    None => PartitionError::NoLeader,
+                });
+            }
+            metrics.current_term
+        };
+        if self.caught_up_term.load(Ordering::Acquire) == term {
+            return Ok(());
+        }
+        match tokio::time::timeout(
+            LEADER_WAIT,
+            self.raft.ensure_linearizable(ReadPolicy::ReadIndex),
+        )
+        .await
+        {
+            Ok(Ok(_)) => {
+                self.caught_up_term.store(term, Ordering::Release);
+                Ok(())
+            }
+            Ok(Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(forward)))) => {
+                Err(PartitionError::NotLeader {
+                    leader: forward.leader_id.map(NodeId),
+                })
+            }
+            Ok(Err(_)) | Err(_) => Err(PartitionError::NoLeader),
+        }
     }
 
     /// Waits (until `deadline`) for the group to know a leader.
