@@ -5,6 +5,7 @@
 //! binary first with `cargo build --bin tributary` (`scripts/test` does).
 
 mod binary;
+mod cluster;
 mod http;
 mod node_process;
 mod seed;
@@ -14,7 +15,8 @@ pub use binary::{
     CLI_TIMEOUT, binary_path, cli, cli_ok, describe_output, output_within, tributary_command,
     workspace_dir,
 };
+pub use cluster::LocalCluster;
 pub use http::{HttpResponse, http_get};
-pub use node_process::{NodeProcess, PEER_ADDR_ENV, READY_TIMEOUT, free_port};
+pub use node_process::{NodePorts, NodeProcess, PEER_ADDR_ENV, READY_TIMEOUT, free_port};
 pub use seed::test_seed;
 pub use test_dir::TestDir;

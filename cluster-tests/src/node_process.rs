@@ -31,6 +31,24 @@ pub const PEER_ADDR_ENV: &str = "TRIBUTARY_PEER_ADDR";
 /// Log lines shown when a node fails or a test panics.
 const LOG_TAIL_LINES: usize = 40;
 
+/// The three ports of a node.
+#[derive(Debug, Clone, Copy)]
+pub struct NodePorts {
+    pub client: u16,
+    pub http: u16,
+    pub peer: u16,
+}
+
+impl NodePorts {
+    pub fn free() -> NodePorts {
+        NodePorts {
+            client: free_port(),
+            http: free_port(),
+            peer: free_port(),
+        }
+    }
+}
+
 /// A running (or stopped) `tributary serve` on a data directory. Its stdout and stderr go to
 /// `<data dir>.log` beside the data directory; every start appends to it. Dropping it kills
 /// the process, and when the test is failing prints the log's path and tail.
@@ -93,6 +111,28 @@ impl NodeProcess {
             }
         }
         unreachable!("the last attempt either returns or panics")
+    }
+
+    /// Spawns a node on the given ports without waiting for it (a cluster's nodes must all
+    /// run before any is ready); call [`NodeProcess::wait_ready`] next.
+    pub fn launch(data_dir: &Path, ports: NodePorts, extra_args: &[String]) -> NodeProcess {
+        let name = data_dir
+            .file_name()
+            .expect("the data directory has a name")
+            .to_string_lossy();
+        let log_path = data_dir.with_file_name(format!("{name}.log"));
+        let mut node = NodeProcess {
+            data_dir: data_dir.to_path_buf(),
+            extra_args: extra_args.to_vec(),
+            client_port: ports.client,
+            http_port: ports.http,
+            peer_port: ports.peer,
+            log_path,
+            run_log_start: 0,
+            child: None,
+        };
+        node.spawn();
+        node
     }
 
     /// `http://127.0.0.1:<client port>`, for the SDK and `--endpoint`.

@@ -6,3 +6,5 @@ mod cli;
 mod crash;
 mod data_dir;
 mod help;
+mod replication;
+mod script;

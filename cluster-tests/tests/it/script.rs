@@ -1,0 +1,98 @@
+//! The README's three-node cluster script starts a working cluster.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tributary_client::{Client, EventData, EventPosition, SendTarget};
+use tributary_cluster_tests::{TestDir, binary_path, free_port, workspace_dir};
+
+/// A base port whose nine ports (three per node) are all free right now.
+fn free_base_port() -> u16 {
+    loop {
+        let base = free_port();
+        if base > 60_000 {
+            continue;
+        }
+        let all_free = (0..3).all(|n| {
+            (0..3).all(|k| std::net::TcpListener::bind(("127.0.0.1", base + 10 * n + k)).is_ok())
+        });
+        if all_free {
+            return base;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_local_script_starts_three_nodes() {
+    let dir = TestDir::new("cluster-script");
+    let base = free_base_port();
+    let mut script = tokio::process::Command::new("bash")
+        .arg(workspace_dir().join("scripts/cluster-local"))
+        .env("TRIBUTARY_BIN", binary_path())
+        .env("CLUSTER_DIR", dir.path())
+        .env("BASE_PORT", base.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(script.stdout.take().unwrap()).lines();
+    let ready = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            println!("script: {line}");
+            if line.starts_with("cluster ready") {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .expect("the cluster gets ready");
+    assert!(ready, "the script ended before the cluster was ready");
+
+    let client = Client::connect(&format!("http://127.0.0.1:{base}"))
+        .await
+        .unwrap();
+    let hub = client
+        .create_replicated_event_hub("orders", 3, None, Some(3))
+        .await
+        .unwrap();
+    assert_eq!(hub.replication_factor, 3);
+    let other = Client::connect(&format!("http://127.0.0.1:{}", base + 20))
+        .await
+        .unwrap();
+    other
+        .producer()
+        .send(
+            "orders",
+            SendTarget::PartitionId("2".into()),
+            [EventData::from_body("hello")],
+        )
+        .await
+        .unwrap();
+    let mut stream = client
+        .consumer()
+        .receive("orders", "", "2", EventPosition::Earliest, 0)
+        .await
+        .unwrap();
+    use futures::StreamExt;
+    let batch = stream.next().await.unwrap().unwrap();
+    assert_eq!(batch[0].body.as_ref(), b"hello");
+
+    // Ctrl-C (SIGINT) stops every node.
+    kill(Pid::from_raw(script.id().unwrap() as i32), Signal::SIGINT).unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(30), script.wait())
+        .await
+        .expect("the script stops its nodes and exits")
+        .unwrap();
+    assert!(status.code().is_some(), "{status}");
+    for n in 0..3 {
+        assert!(
+            std::net::TcpListener::bind(("127.0.0.1", base + 10 * n)).is_ok(),
+            "node {n} still listens after the script stopped"
+        );
+    }
+}
