@@ -54,7 +54,7 @@ async fn three_node_cluster_replicates_and_survives_a_killed_node() {
 
     let mut acked: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let producer = second.producer();
-    let mut send_round = |round: usize| {
+    let send_round = |round: usize| {
         let producer = producer.clone();
         async move {
             let mut sent = Vec::new();
