@@ -72,14 +72,31 @@ pub type SnapshotData = Cursor<Vec<u8>>;
 /// A group's Raft handle, generic over its state machine.
 pub type Raft<SM> = openraft::Raft<TypeConfig, SM>;
 
-/// openraft settings for one group. The log is the partition's data, so openraft never
-/// builds snapshots or purges on its own: retention drives that explicitly.
+/// openraft settings for one group, chosen for hundreds of groups per node:
+///
+/// - Heartbeats every 250 ms (the tick fires every 13/64 of that, about 51 ms), and not at
+///   all to a follower that acknowledged replication within the last 250 ms, so busy groups
+///   send no separate heartbeats. 250 + 250 + one tick (51) stays below the shortest election
+///   timeout (800 ms), as openraft requires.
+/// - Election timeout 800–1600 ms: a dead leader is replaced in about 1.2 s on average
+///   (Redpanda uses 1.5 s; NATS 1–4 s), fast enough for the failover target while 3–6
+///   missed heartbeats make spurious elections rare. Pre-vote stops a partitioned replica
+///   from disrupting the group when it comes back.
+/// - Bounded per-group channels (1,024 requests): a node with many groups must not reserve
+///   openraft's default 65,536-entry queues for each.
+/// - The log is the partition's data, so openraft never builds snapshots or purges on its
+///   own: retention drives both.
 pub fn group_config(cluster_name: &str) -> Arc<openraft::Config> {
     let config = openraft::Config {
         cluster_name: cluster_name.to_string(),
         heartbeat_interval: 250,
-        election_timeout_min: 1000,
-        election_timeout_max: 2000,
+        heartbeat_min_interval: Some(250),
+        election_timeout_min: 800,
+        election_timeout_max: 1600,
+        enable_pre_vote: Some(true),
+        api_channel_size: Some(1024),
+        notification_channel_size: Some(1024),
+        state_machine_channel_size: Some(256),
         snapshot_policy: openraft::SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: u64::MAX,
         max_payload_entries: 1024,
@@ -87,6 +104,15 @@ pub fn group_config(cluster_name: &str) -> Arc<openraft::Config> {
         ..Default::default()
     };
     Arc::new(config.validate().expect("static raft config is valid"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn group_config_is_valid() {
+        let config = super::group_config("t");
+        assert!(config.heartbeat_interval < config.election_timeout_min);
+    }
 }
 
 pub type LogId = openraft::alias::LogIdOf<TypeConfig>;
