@@ -106,6 +106,12 @@ pub fn group_config(cluster_name: &str) -> Arc<openraft::Config> {
     Arc::new(config.validate().expect("static raft config is valid"))
 }
 
+pub type LogId = openraft::alias::LogIdOf<TypeConfig>;
+pub type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
+pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
+pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, SnapshotData>;
+pub type Entry = openraft::alias::EntryOf<TypeConfig>;
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -114,9 +120,3 @@ mod tests {
         assert!(config.heartbeat_interval < config.election_timeout_min);
     }
 }
-
-pub type LogId = openraft::alias::LogIdOf<TypeConfig>;
-pub type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
-pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
-pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, SnapshotData>;
-pub type Entry = openraft::alias::EntryOf<TypeConfig>;
