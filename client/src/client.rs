@@ -197,6 +197,15 @@ impl Client {
             .await
     }
 
+    /// Nodes, the controller leader, and every partition's leader and replicas.
+    pub async fn cluster_status(&self) -> Result<proto::ClusterStatus, ClientError> {
+        let response = self
+            .management()
+            .get_cluster_status(proto::GetClusterStatusRequest {})
+            .await;
+        self.unwrap(response)
+    }
+
     fn management(&self) -> ManagementStub<Channel> {
         ManagementStub::new(self.channel.clone())
     }

@@ -10,6 +10,7 @@ pub mod group;
 pub mod http;
 pub mod identity;
 pub mod partition;
+pub mod status;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 use tributary_proto::peer::cluster_server::ClusterServer;
+use tributary_proto::peer::node_status_server::NodeStatusServer;
 use tributary_proto::v1::consumer_server::ConsumerServer;
 use tributary_proto::v1::management_server::ManagementServer;
 use tributary_proto::v1::producer_server::ProducerServer;
@@ -123,6 +125,9 @@ impl Node {
                 .add_service(PeerService::new(host.clone()).into_server())
                 .add_service(ClusterServer::new(ClusterService {
                     runtime: runtime.clone(),
+                }))
+                .add_service(NodeStatusServer::new(status::NodeStatusService {
+                    host: host.clone(),
                 }))
                 .serve_with_incoming_shutdown(TcpListenerStream::new(peer_listener), async move {
                     let _ = peer_shutdown.wait_for(|stop| *stop).await;

@@ -4,6 +4,7 @@
 //!
 //! `tributary bench` lives in the `tributary-bench` crate, which depends on this one.
 
+mod cluster;
 mod event_format;
 mod group;
 mod hub;
@@ -54,6 +55,9 @@ pub enum CliCommand {
     Send(SendArgs),
     /// Print the events of one partition.
     Receive(ReceiveArgs),
+    /// Inspect the cluster.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
 }
 
 /// Runs one client command against `globals.endpoint`.
@@ -65,6 +69,7 @@ pub async fn run(globals: CliGlobals, command: CliCommand) -> anyhow::Result<()>
         CliCommand::Group(command) => group::run(&client, output, command).await,
         CliCommand::Send(args) => send::run(&client, output, args).await,
         CliCommand::Receive(args) => receive::run(&client, output, args).await,
+        CliCommand::Cluster(command) => cluster::run(&client, output, command).await,
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tributary_client::{Client, EventData, EventPosition, SendTarget};
-use tributary_cluster_tests::{LocalCluster, TestDir, test_seed};
+use tributary_cluster_tests::{LocalCluster, TestDir, cli_ok, test_seed};
 
 const PARTITIONS: u32 = 6;
 
@@ -98,6 +98,20 @@ async fn three_node_cluster_replicates_and_survives_a_killed_node() {
             acked.entry(p.to_string()).or_default().push(body);
         }
     }
+    // `cluster status` from a survivor shows the dead node and the new leaders.
+    let status = cluster_status(&endpoints[(victim + 1) % 3]).await;
+    let victim_id = victim as u64 + 1;
+    let node = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["id"] == victim_id)
+        .unwrap();
+    assert_eq!(node["up"], false, "{status}");
+    for partition in status["partitions"].as_array().unwrap() {
+        assert_ne!(partition["leader"], victim_id, "{status}");
+        assert!(partition["leader"].is_u64(), "{status}");
+    }
     for (p, bodies) in &acked {
         assert_eq!(
             &read_all(&survivor, "orders", p, bodies.len()).await,
@@ -112,4 +126,29 @@ async fn three_node_cluster_replicates_and_survives_a_killed_node() {
     for (p, bodies) in &acked {
         assert_eq!(&read_all(&back, "orders", p, bodies.len()).await, bodies);
     }
+    // Every replica catches up again (the leaders' replication progress says so).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = cluster_status(&endpoints[victim]).await;
+        let all_caught_up = status["partitions"].as_array().unwrap().iter().all(|p| {
+            p["replicas"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|r| r["up"] == true && r["caught_up"] == true)
+        });
+        if all_caught_up {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "replicas never caught up: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn cluster_status(endpoint: &str) -> serde_json::Value {
+    let text = cli_ok(endpoint, &["cluster", "status", "--output", "json"]).await;
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad status JSON {text:?}: {e}"))
 }

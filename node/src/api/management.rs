@@ -126,4 +126,13 @@ impl Management for ManagementService {
             &partition.progress(),
         )))
     }
+
+    async fn get_cluster_status(
+        &self,
+        _request: Request<pb::GetClusterStatusRequest>,
+    ) -> Result<Response<pb::ClusterStatus>, Status> {
+        Ok(Response::new(
+            crate::status::cluster_status(self.broker.runtime()).await,
+        ))
+    }
 }

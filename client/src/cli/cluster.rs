@@ -1,0 +1,175 @@
+//! `tributary cluster status`.
+
+use serde_json::json;
+use tributary_proto::v1::ClusterStatus;
+
+use crate::Client;
+use crate::cli::OutputFormat;
+use crate::cli::output::Table;
+
+#[derive(Debug, clap::Subcommand)]
+pub enum ClusterCommand {
+    /// Show the nodes (up or down), the controller leader, and for every partition its
+    /// leader, replicas and whether each replica is caught up.
+    Status,
+}
+
+pub(crate) async fn run(
+    client: &Client,
+    output: OutputFormat,
+    command: ClusterCommand,
+) -> anyhow::Result<()> {
+    match command {
+        ClusterCommand::Status => {
+            let status = client.cluster_status().await?;
+            match output {
+                OutputFormat::Json => println!("{}", status_json(&status)),
+                OutputFormat::Table => print!("{}", status_text(&status)),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn node_name(id: u64) -> String {
+    if id == 0 {
+        "-".to_string()
+    } else {
+        id.to_string()
+    }
+}
+
+fn status_text(status: &ClusterStatus) -> String {
+    let mut text = format!(
+        "cluster:            {}\ncontroller leader:  {}\n\n",
+        status.cluster_id,
+        node_name(status.controller_leader)
+    );
+    let mut nodes = Table::new(&["NODE", "STATE", "CONTROLLER", "CLIENT", "PEER"]);
+    for node in &status.nodes {
+        nodes.row(vec![
+            node.id.to_string(),
+            if node.up { "up" } else { "down" }.to_string(),
+            if node.controller_voter { "voter" } else { "-" }.to_string(),
+            node.client_addr.clone(),
+            node.peer_addr.clone(),
+        ]);
+    }
+    text.push_str(&nodes.render());
+    if !status.partitions.is_empty() {
+        text.push('\n');
+        let mut partitions = Table::new(&["HUB", "PARTITION", "LEADER", "REPLICAS"]);
+        for p in &status.partitions {
+            let replicas = p
+                .replicas
+                .iter()
+                .map(|r| {
+                    let state = match (r.up, r.caught_up) {
+                        (false, _) => "down",
+                        (true, true) => "caught-up",
+                        (true, false) => "behind",
+                    };
+                    format!("{}({state})", r.node)
+                })
+                .collect::<Vec<_>>()
+                .join(" ");
+            partitions.row(vec![
+                p.event_hub.clone(),
+                p.partition_id.clone(),
+                node_name(p.leader),
+                replicas,
+            ]);
+        }
+        text.push_str(&partitions.render());
+    }
+    text
+}
+
+fn status_json(status: &ClusterStatus) -> serde_json::Value {
+    let leader = |id: u64| {
+        if id == 0 {
+            serde_json::Value::Null
+        } else {
+            json!(id)
+        }
+    };
+    json!({
+        "cluster_id": status.cluster_id,
+        "controller_leader": leader(status.controller_leader),
+        "nodes": status.nodes.iter().map(|n| json!({
+            "id": n.id,
+            "up": n.up,
+            "controller_voter": n.controller_voter,
+            "client_addr": n.client_addr,
+            "peer_addr": n.peer_addr,
+        })).collect::<Vec<_>>(),
+        "partitions": status.partitions.iter().map(|p| json!({
+            "event_hub": p.event_hub,
+            "partition_id": p.partition_id,
+            "leader": leader(p.leader),
+            "replicas": p.replicas.iter().map(|r| json!({
+                "node": r.node,
+                "up": r.up,
+                "caught_up": r.caught_up,
+                "last_applied_index": r.last_applied_index,
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use tributary_proto::v1::{NodeStatus, PartitionStatus, ReplicaStatus};
+
+    use super::*;
+
+    #[test]
+    fn shows_down_nodes_and_lagging_replicas() {
+        let status = ClusterStatus {
+            cluster_id: "c1".into(),
+            controller_leader: 2,
+            nodes: vec![
+                NodeStatus {
+                    id: 1,
+                    client_addr: "a:1".into(),
+                    peer_addr: "a:2".into(),
+                    up: false,
+                    controller_voter: true,
+                },
+                NodeStatus {
+                    id: 2,
+                    client_addr: "b:1".into(),
+                    peer_addr: "b:2".into(),
+                    up: true,
+                    controller_voter: true,
+                },
+            ],
+            partitions: vec![PartitionStatus {
+                event_hub: "orders".into(),
+                partition_id: "0".into(),
+                leader: 2,
+                replicas: vec![
+                    ReplicaStatus {
+                        node: 2,
+                        up: true,
+                        caught_up: true,
+                        last_applied_index: 9,
+                    },
+                    ReplicaStatus {
+                        node: 1,
+                        up: false,
+                        caught_up: false,
+                        last_applied_index: -1,
+                    },
+                ],
+            }],
+        };
+        let text = status_text(&status);
+        assert!(text.contains("controller leader:  2"), "{text}");
+        assert!(text.contains("1     down"), "{text}");
+        assert!(text.contains("2(caught-up) 1(down)"), "{text}");
+        let json = status_json(&status);
+        assert_eq!(json["nodes"][0]["up"], false);
+        assert_eq!(json["partitions"][0]["leader"], 2);
+    }
+}

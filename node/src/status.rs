@@ -1,0 +1,170 @@
+//! `cluster status`: each node reports the groups it runs (peer `NodeStatus` service); the
+//! node asked by a client gathers every node's report into one picture.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::type_config::async_runtime::WatchReceiver;
+use tonic::{Request, Response, Status};
+use tributary_proto::peer::node_status_client::NodeStatusClient;
+use tributary_proto::peer::node_status_server::NodeStatus;
+use tributary_proto::peer::{GroupStatus, LocalStatusReply, LocalStatusRequest};
+use tributary_proto::v1 as pb;
+use tributary_raft::{Connector, GroupHost, TcpConnector};
+use tributary_types::{GroupId, PartitionId};
+
+use crate::cluster::ClusterRuntime;
+use crate::group::GroupStateMachine;
+
+/// How long the gathering node waits for each node's report; a node that does not answer
+/// in time is shown as down.
+const NODE_STATUS_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The local report of the groups this node runs.
+pub fn local_status(host: &GroupHost<GroupStateMachine>) -> LocalStatusReply {
+    let groups = host
+        .group_ids()
+        .into_iter()
+        .filter_map(|group| host.get(group).map(|raft| (group, raft)))
+        .map(|(group, raft)| {
+            let metrics = raft.metrics();
+            let m = metrics.borrow_watched();
+            let index = |id: Option<u64>| id.map_or(-1, |i| i as i64);
+            GroupStatus {
+                group: group.to_u64(),
+                leader: m.current_leader.unwrap_or(0),
+                term: m.current_term,
+                last_applied_index: index(m.last_applied.map(|l| l.index)),
+                last_log_index: index(m.last_log_index),
+                matched_index: m
+                    .replication
+                    .iter()
+                    .flatten()
+                    .map(|(node, matched)| (*node, index(matched.map(|l| l.index))))
+                    .collect(),
+            }
+        })
+        .collect();
+    LocalStatusReply {
+        node: host.node_id().0,
+        groups,
+    }
+}
+
+pub struct NodeStatusService {
+    pub host: Arc<GroupHost<GroupStateMachine>>,
+}
+
+#[tonic::async_trait]
+impl NodeStatus for NodeStatusService {
+    async fn local_status(
+        &self,
+        _request: Request<LocalStatusRequest>,
+    ) -> Result<Response<LocalStatusReply>, Status> {
+        Ok(Response::new(local_status(&self.host)))
+    }
+}
+
+async fn remote_status(peer_addr: &str) -> Option<LocalStatusReply> {
+    let channel = TcpConnector.channel(peer_addr).ok()?;
+    let mut request = Request::new(LocalStatusRequest {});
+    request.set_timeout(NODE_STATUS_TIMEOUT);
+    let mut client = NodeStatusClient::new(channel);
+    match tokio::time::timeout(NODE_STATUS_TIMEOUT, client.local_status(request)).await {
+        Ok(Ok(reply)) => Some(reply.into_inner()),
+        _ => None,
+    }
+}
+
+/// Asks every node for its report and assembles the cluster's status.
+pub async fn cluster_status(runtime: &ClusterRuntime) -> pb::ClusterStatus {
+    let state = runtime.state();
+    let reports = futures::future::join_all(state.nodes.values().map(|node| async move {
+        let report = if node.id == runtime.me.id {
+            Some(local_status(runtime.host()))
+        } else {
+            remote_status(&node.peer_addr).await
+        };
+        (node.id, report)
+    }))
+    .await;
+    let reports: HashMap<u64, Option<HashMap<u64, GroupStatus>>> = reports
+        .into_iter()
+        .map(|(id, report)| {
+            (
+                id,
+                report.map(|r| r.groups.into_iter().map(|g| (g.group, g)).collect()),
+            )
+        })
+        .collect();
+    let up = |node: u64| reports.get(&node).is_some_and(Option::is_some);
+    let group_on = |node: u64, group: GroupId| {
+        reports
+            .get(&node)
+            .and_then(Option::as_ref)
+            .and_then(|groups| groups.get(&group.to_u64()))
+    };
+    // The controller leader as the voters that answered see it (the highest term wins).
+    let controller_leader = state
+        .controller_voters
+        .iter()
+        .filter_map(|v| group_on(*v, GroupId::CONTROLLER))
+        .max_by_key(|g| g.term)
+        .map_or(0, |g| g.leader);
+    let nodes = state
+        .nodes
+        .values()
+        .map(|n| pb::NodeStatus {
+            id: n.id,
+            client_addr: n.client_addr.clone(),
+            peer_addr: n.peer_addr.clone(),
+            up: up(n.id),
+            controller_voter: state.controller_voters.contains(&n.id),
+        })
+        .collect();
+    let mut partitions = Vec::new();
+    for hub in state.hubs.values() {
+        for (p, replicas) in hub.replicas.iter().enumerate() {
+            let group = GroupId::new(hub.id, PartitionId(p as u16), 0);
+            let leader = replicas
+                .iter()
+                .filter_map(|r| group_on(*r, group))
+                .max_by_key(|g| g.term)
+                .map_or(0, |g| g.leader);
+            let leader_view = group_on(leader, group).filter(|g| g.leader == leader);
+            let replicas = replicas
+                .iter()
+                .map(|&node| {
+                    let own = group_on(node, group);
+                    let caught_up = match leader_view {
+                        Some(_) if node == leader => true,
+                        Some(view) => view
+                            .matched_index
+                            .get(&node)
+                            .is_some_and(|m| *m >= 0 && *m >= view.last_log_index),
+                        None => false,
+                    };
+                    pb::ReplicaStatus {
+                        node,
+                        up: up(node),
+                        caught_up,
+                        last_applied_index: own.map_or(-1, |g| g.last_applied_index),
+                    }
+                })
+                .collect();
+            partitions.push(pb::PartitionStatus {
+                event_hub: hub.name.clone(),
+                partition_id: p.to_string(),
+                leader,
+                replicas,
+            });
+        }
+    }
+    pb::ClusterStatus {
+        cluster_id: state.cluster_id.clone(),
+        controller_leader,
+        nodes,
+        partitions,
+    }
+}
