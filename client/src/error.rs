@@ -64,8 +64,9 @@ impl ClientError {
     /// Decodes a status returned by a call to `endpoint`.
     ///
     /// The service puts an encoded [`ErrorDetail`] in every error's details. A status without
-    /// one did not come from a Tributary handler: with code `Unavailable` it is a transport
-    /// failure, otherwise the reason is derived from the code.
+    /// one did not come from a Tributary handler: with code `Unavailable`, or `Cancelled` (a
+    /// node shutting down refuses new streams), it is a transport failure, otherwise the
+    /// reason is derived from the code.
     pub fn from_status(status: tonic::Status, endpoint: &str) -> ClientError {
         let detail = if status.details().is_empty() {
             None
@@ -73,7 +74,7 @@ impl ClientError {
             ErrorDetail::decode(status.details()).ok()
         };
         let Some(detail) = detail else {
-            if status.code() == tonic::Code::Unavailable {
+            if matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Cancelled) {
                 return ClientError::Transport {
                     endpoint: endpoint.to_owned(),
                     message: error_chain(&status),
