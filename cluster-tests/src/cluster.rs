@@ -8,6 +8,8 @@ use crate::node_process::{NodePorts, NodeProcess};
 /// under the given test directory.
 pub struct LocalCluster {
     pub nodes: Vec<NodeProcess>,
+    /// The nodes' peer addresses, comma-separated: `--seeds` for a node joining later.
+    pub seeds: String,
 }
 
 impl LocalCluster {
@@ -38,7 +40,7 @@ impl LocalCluster {
         for node in &mut nodes {
             node.wait_ready().await;
         }
-        LocalCluster { nodes }
+        LocalCluster { nodes, seeds }
     }
 
     /// Client endpoints of every node.

@@ -310,9 +310,15 @@ impl ClusterRuntime {
             .insert(node.id, node);
     }
 
+    /// The cluster this node belongs to: from the controller's state, or the data
+    /// directory's record (or `--cluster-id`) before that state arrives.
     pub fn cluster_id(&self) -> Option<String> {
         let state = self.state();
-        (!state.cluster_id.is_empty()).then(|| state.cluster_id.clone())
+        if state.cluster_id.is_empty() {
+            self.config.cluster_id.clone()
+        } else {
+            Some(state.cluster_id.clone())
+        }
     }
 
     async fn register(&self) {

@@ -152,3 +152,91 @@ async fn cluster_status(endpoint: &str) -> serde_json::Value {
     let text = cli_ok(endpoint, &["cluster", "status", "--output", "json"]).await;
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad status JSON {text:?}: {e}"))
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_node_joins_and_a_foreign_node_is_refused() {
+    let dir = TestDir::new("join");
+    let cluster = LocalCluster::start(dir.path(), 3).await;
+    let endpoints = cluster.endpoints();
+
+    // A fresh node with --seeds joins the running cluster and gets replicas.
+    let fourth = tributary_cluster_tests::NodeProcess::start_with_args(
+        &dir.path().join("node-4"),
+        &["--node-id", "4", "--seeds", &cluster.seeds],
+    )
+    .await;
+    let status = cluster_status(&endpoints[0]).await;
+    let nodes = status["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 4, "{status}");
+    assert!(nodes.iter().all(|n| n["up"] == true), "{status}");
+    let client = Client::connect(&fourth.endpoint()).await.unwrap();
+    client
+        .create_replicated_event_hub("joined", 4, None, Some(3))
+        .await
+        .unwrap();
+    let status = cluster_status(&fourth.endpoint()).await;
+    let on_fourth = status["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| {
+            p["replicas"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["node"] == 4)
+        })
+        .count();
+    assert!(on_fourth > 0, "the new node holds replicas: {status}");
+    for p in 0..4 {
+        client
+            .producer()
+            .send(
+                "joined",
+                SendTarget::PartitionId(p.to_string()),
+                [EventData::from_body("x")],
+            )
+            .await
+            .unwrap();
+    }
+
+    // A node of another cluster pointed at these seeds is refused with a clear error.
+    let mut foreign = tributary_cluster_tests::tributary_command();
+    foreign
+        .arg("serve")
+        .arg("--node-id")
+        .arg("9")
+        .arg("--cluster-id")
+        .arg("someone-else")
+        .arg("--data-dir")
+        .arg(dir.path().join("foreign"))
+        .arg("--client-addr")
+        .arg(format!(
+            "127.0.0.1:{}",
+            tributary_cluster_tests::free_port()
+        ))
+        .arg("--http-addr")
+        .arg(format!(
+            "127.0.0.1:{}",
+            tributary_cluster_tests::free_port()
+        ))
+        .arg("--seeds")
+        .arg(&cluster.seeds)
+        .env(
+            tributary_cluster_tests::PEER_ADDR_ENV,
+            format!("127.0.0.1:{}", tributary_cluster_tests::free_port()),
+        );
+    let output = tributary_cluster_tests::output_within(foreign, Duration::from_secs(30)).await;
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("belongs to cluster 'someone-else'"),
+        "{stderr}"
+    );
+    // The cluster keeps serving.
+    client
+        .producer()
+        .send("joined", SendTarget::Any, [EventData::from_body("still")])
+        .await
+        .unwrap();
+}
