@@ -44,6 +44,11 @@ impl Client {
         ProducerClient::new(self.routing.clone())
     }
 
+    /// An idempotent producer (a new producer id) sharing this client's connections.
+    pub fn idempotent_producer(&self) -> crate::IdempotentProducer {
+        crate::IdempotentProducer::new(self.producer())
+    }
+
     /// A consumer sharing this client's connections.
     pub fn consumer(&self) -> ConsumerClient {
         ConsumerClient::new(self.routing.clone())

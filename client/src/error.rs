@@ -74,7 +74,10 @@ impl ClientError {
             ErrorDetail::decode(status.details()).ok()
         };
         let Some(detail) = detail else {
-            if matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Cancelled) {
+            if matches!(
+                status.code(),
+                tonic::Code::Unavailable | tonic::Code::Cancelled
+            ) {
                 return ClientError::Transport {
                     endpoint: endpoint.to_owned(),
                     message: error_chain(&status),
@@ -158,6 +161,7 @@ fn service_display(
         ErrorReason::QuotaExceeded => "quota exceeded",
         ErrorReason::Internal => "internal error",
         ErrorReason::Unavailable => "unavailable",
+        ErrorReason::OutOfOrderSequence => "out of order",
         ErrorReason::Unspecified => code.description(),
     };
     let mut text = if message.is_empty() {

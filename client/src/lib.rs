@@ -41,7 +41,7 @@ pub use consumer::{ConsumerClient, ReceiveStream};
 pub use error::ClientError;
 pub use event::{EventData, PropertyValue, ReceivedEvent};
 pub use position::{EventPosition, ParsePositionError};
-pub use producer::{ProducerClient, SendTarget};
+pub use producer::{IdempotentProducer, ProducerClient, SendTarget};
 pub use tributary_proto::v1::{
     ConsumerGroupProperties, ErrorReason, EventHubProperties, PartitionProperties, SendResponse,
 };

@@ -13,8 +13,8 @@ pub use log_store::{LogStore, decode_entry, encode_entry};
 pub use network::{Connector, NetworkFactory, PEER_MESSAGE_BYTES_MAX, PeerRouter, TcpConnector};
 pub use peer_service::PeerService;
 pub use types::{
-    AppendBatch, AppendOutcome, Entry, LogId, Proposal, ProposalResult, Raft, Snapshot,
-    SnapshotData, SnapshotMeta, StoredMembership, TypeConfig, group_config,
+    AppendBatch, AppendOutcome, Entry, LogId, ProducerStamp, Proposal, ProposalResult, Raft,
+    Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig, group_config,
 };
 
 /// Re-exports of openraft items the node needs, so it names them through this crate.

@@ -13,6 +13,17 @@ pub struct AppendBatch {
     pub event_count: u32,
     /// The encoded events (see the node's event codec).
     pub events: Bytes,
+    /// Set by idempotent producers: the batch is applied once per (producer, sequence).
+    pub producer: Option<ProducerStamp>,
+}
+
+/// An idempotent producer's numbering of a batch within one partition: `sequence` is the
+/// producer's number for the batch's first event; the next batch starts at
+/// `sequence + event_count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProducerStamp {
+    pub producer_id: u64,
+    pub sequence: i64,
 }
 
 /// What a group's log carries.
@@ -52,6 +63,13 @@ pub enum ProposalResult {
     /// Blank and membership entries, and proposals sent to the wrong kind of group.
     None,
     Appended(AppendOutcome),
+    /// A retried batch of an idempotent producer: stored once already, with this outcome.
+    Duplicate(AppendOutcome),
+    /// An idempotent producer's batch that skips sequence numbers: not stored.
+    OutOfOrder {
+        expected: i64,
+        received: i64,
+    },
     /// A controller command's reply, encoded by the node.
     Controller(Bytes),
 }

@@ -73,6 +73,7 @@ impl ApiError {
             ErrorReason::InvalidArgument | ErrorReason::MessageTooLarge => {
                 tonic::Code::InvalidArgument
             }
+            ErrorReason::OutOfOrderSequence => tonic::Code::FailedPrecondition,
             ErrorReason::ServerBusy | ErrorReason::Unavailable => tonic::Code::Unavailable,
             ErrorReason::NotLeader => tonic::Code::FailedPrecondition,
             ErrorReason::Unauthorized => tonic::Code::PermissionDenied,
@@ -118,6 +119,9 @@ impl From<PartitionError> for ApiError {
             }
             PartitionError::Position(p) => ApiError::invalid(p.to_string()),
             PartitionError::Storage(s) => ApiError::internal(format!("storage failure: {s}")),
+            e @ PartitionError::OutOfOrder { .. } => {
+                ApiError::new(ErrorReason::OutOfOrderSequence, e.to_string())
+            }
         }
     }
 }

@@ -9,6 +9,7 @@ use crate::api::convert;
 use crate::api::error::ApiError;
 use crate::broker::{Broker, Target};
 use crate::partition::codec;
+use tributary_raft::ProducerStamp;
 
 pub struct ProducerService {
     pub broker: Arc<Broker>,
@@ -51,10 +52,23 @@ impl Producer for ProducerService {
             .into());
         }
         let index = self.broker.route(&hub, &target)?;
+        let producer = match (req.producer_id, &target) {
+            (0, _) => None,
+            (producer_id, Target::PartitionId(_)) => Some(ProducerStamp {
+                producer_id,
+                sequence: req.producer_sequence,
+            }),
+            _ => {
+                return Err(ApiError::invalid(
+                    "idempotent publishing needs an explicit partition id; send with a partition id or without a producer id",
+                )
+                .into());
+            }
+        };
         let partition = self.broker.local_partition(&hub, index)?;
         let started = std::time::Instant::now();
         let appended = partition
-            .append(&records)
+            .append(&records, producer)
             .await
             .map_err(|e| self.broker.partition_error(e))?;
         metrics::histogram!("tributary_send_duration_seconds")

@@ -13,7 +13,9 @@ use tokio::sync::{Semaphore, watch};
 use tributary_raft::openraft_api::{
     ClientWriteError, LinearizableReadError, RaftError, ReadPolicy,
 };
-use tributary_raft::{AppendBatch, GroupHost, Proposal, ProposalResult, Raft, decode_entry};
+use tributary_raft::{
+    AppendBatch, GroupHost, ProducerStamp, Proposal, ProposalResult, Raft, decode_entry,
+};
 use tributary_storage::Shard;
 use tributary_types::{Clock, GroupId, MonotonicStamp, NodeId};
 
@@ -42,6 +44,10 @@ pub enum PartitionError {
     Position(#[from] PositionError),
     #[error("storage failure: {0}")]
     Storage(String),
+    #[error(
+        "out of order: the producer's batch has sequence number {received}, but this partition expects {expected} next"
+    )]
+    OutOfOrder { expected: i64, received: i64 },
 }
 
 /// What a committed append was assigned.
@@ -201,7 +207,11 @@ impl Partition {
     }
 
     /// Appends a batch atomically as one Raft entry; returns once it is committed and applied.
-    pub async fn append(&self, records: &[EventRecord]) -> Result<Appended, PartitionError> {
+    pub async fn append(
+        &self,
+        records: &[EventRecord],
+        producer: Option<ProducerStamp>,
+    ) -> Result<Appended, PartitionError> {
         let _permit = self
             .inflight
             .try_acquire()
@@ -216,6 +226,7 @@ impl Partition {
             enqueued_time_ms,
             event_count: records.len() as u32,
             events,
+            producer,
         });
         let response = match self.raft.client_write(proposal.clone()).await {
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))
@@ -237,14 +248,19 @@ impl Partition {
             RaftError::Fatal(fatal) => storage(fatal),
         })?;
         match response.data {
-            ProposalResult::Appended(outcome) => Ok(Appended {
-                first_sequence: outcome.first_sequence,
-                offsets: positions
-                    .iter()
-                    .map(|p| outcome.first_offset + *p as i64)
-                    .collect(),
-                enqueued_time_ms: outcome.enqueued_time_ms,
-            }),
+            ProposalResult::OutOfOrder { expected, received } => {
+                Err(PartitionError::OutOfOrder { expected, received })
+            }
+            ProposalResult::Appended(outcome) | ProposalResult::Duplicate(outcome) => {
+                Ok(Appended {
+                    first_sequence: outcome.first_sequence,
+                    offsets: positions
+                        .iter()
+                        .map(|p| outcome.first_offset + *p as i64)
+                        .collect(),
+                    enqueued_time_ms: outcome.enqueued_time_ms,
+                })
+            }
             ProposalResult::None | ProposalResult::Controller(_) => {
                 Err(storage("append entry applied without a result"))
             }

@@ -2,6 +2,7 @@
 //! assigns sequence numbers and offsets and records one sparse index row per entry; event
 //! bytes are never copied.
 
+use std::collections::BTreeMap;
 use std::io;
 
 use futures::{Stream, TryStreamExt};
@@ -11,7 +12,7 @@ use tributary_raft::openraft_api::{
     EntryPayload, EntryResponder, RaftSnapshotBuilder, RaftStateMachine, StoredMembership,
 };
 use tributary_raft::{
-    AppendOutcome, Proposal, ProposalResult, SnapshotData, TypeConfig, decode_entry,
+    AppendOutcome, ProducerStamp, Proposal, ProposalResult, SnapshotData, TypeConfig, decode_entry,
 };
 use tributary_raft::{
     LogId as LogIdT, Snapshot as SnapshotT, SnapshotMeta as SnapshotMetaT,
@@ -28,6 +29,25 @@ pub struct AppliedState {
     pub last_applied: Option<LogIdT>,
     pub membership: MembershipT,
     pub progress: Progress,
+    /// Idempotent producers' last batch, by producer id.
+    pub producers: BTreeMap<u64, ProducerState>,
+}
+
+/// Idempotent producers remembered per partition; the least recently active is forgotten
+/// beyond this (its retries then look new, as after Event Hubs' producer state expires).
+pub const PRODUCERS_PER_PARTITION_MAX: usize = 10_000;
+
+/// What a partition remembers of an idempotent producer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProducerState {
+    /// The producer sequence of its last stored batch, and that batch's outcome: a retry of
+    /// it gets the same reply.
+    pub last_sequence: i64,
+    pub last_outcome: AppendOutcome,
+    /// The sequence its next batch must carry.
+    pub next_sequence: i64,
+    /// Log index of the last batch, for forgetting the least recently active.
+    pub last_log_index: u64,
 }
 
 /// What readers of a partition need to know about its committed events.
@@ -99,6 +119,61 @@ impl PartitionStateMachine {
     }
 
     fn apply_append(
+        &mut self,
+        log_index: u64,
+        batch: &tributary_raft::AppendBatch,
+    ) -> io::Result<(ProposalResult, Option<IndexRow>)> {
+        if let Some(stamp) = batch.producer
+            && let Some(known) = self.state.producers.get(&stamp.producer_id)
+        {
+            if stamp.sequence == known.last_sequence {
+                return Ok((ProposalResult::Duplicate(known.last_outcome), None));
+            }
+            if stamp.sequence != known.next_sequence {
+                return Ok((
+                    ProposalResult::OutOfOrder {
+                        expected: known.next_sequence,
+                        received: stamp.sequence,
+                    },
+                    None,
+                ));
+            }
+        }
+        let (result, row) = self.append_events(log_index, batch)?;
+        if let (Some(stamp), ProposalResult::Appended(outcome)) = (batch.producer, &result) {
+            self.remember_producer(stamp, *outcome, i64::from(batch.event_count), log_index);
+        }
+        Ok((result, row))
+    }
+
+    fn remember_producer(
+        &mut self,
+        stamp: ProducerStamp,
+        outcome: AppendOutcome,
+        count: i64,
+        log_index: u64,
+    ) {
+        let producers = &mut self.state.producers;
+        producers.insert(
+            stamp.producer_id,
+            ProducerState {
+                last_sequence: stamp.sequence,
+                last_outcome: outcome,
+                next_sequence: stamp.sequence + count,
+                last_log_index: log_index,
+            },
+        );
+        if producers.len() > PRODUCERS_PER_PARTITION_MAX {
+            let oldest = producers
+                .iter()
+                .min_by_key(|(_, p)| p.last_log_index)
+                .map(|(id, _)| *id)
+                .expect("not empty");
+            producers.remove(&oldest);
+        }
+    }
+
+    fn append_events(
         &mut self,
         log_index: u64,
         batch: &tributary_raft::AppendBatch,
@@ -397,6 +472,7 @@ mod tests {
             enqueued_time_ms: time_ms,
             event_count: records.len() as u32,
             events: codec::encode_batch(&records),
+            producer: None,
         })
     }
 

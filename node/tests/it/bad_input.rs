@@ -187,6 +187,7 @@ async fn oversized_and_empty_batches_are_refused_whole() {
             event_hub: "ok".into(),
             target: None,
             events: vec![],
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -199,6 +200,7 @@ async fn oversized_and_empty_batches_are_refused_whole() {
                 body: "x".into(),
                 properties: [("p".to_string(), pb::PropertyValue { value: None })].into(),
             }],
+            ..Default::default()
         })
         .await
         .unwrap_err();

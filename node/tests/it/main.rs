@@ -3,6 +3,7 @@
 mod support;
 
 mod bad_input;
+mod idempotent;
 mod keys;
 mod positions;
 mod receive;

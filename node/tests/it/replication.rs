@@ -81,6 +81,7 @@ fn batch(text: &str, n: usize) -> Proposal {
         enqueued_time_ms: 1,
         event_count: n as u32,
         events: encode_batch(&records),
+        producer: None,
     })
 }
 
