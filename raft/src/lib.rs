@@ -9,7 +9,7 @@ mod peer_service;
 mod types;
 
 pub use host::{GroupHost, HostError};
-pub use log_store::{LogStore, decode_entry, encode_entry};
+pub use log_store::{LogStore, decode, decode_entry, encode, encode_entry};
 pub use network::{Connector, NetworkFactory, PEER_MESSAGE_BYTES_MAX, PeerRouter, TcpConnector};
 pub use peer_service::PeerService;
 pub use types::{

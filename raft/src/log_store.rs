@@ -46,13 +46,15 @@ impl LogStore {
     }
 }
 
-pub(crate) fn encode<T: serde::Serialize>(value: &T) -> io::Result<Bytes> {
+/// Encodes a stored value (entries, votes, state-machine state) the one way storage uses.
+pub fn encode<T: serde::Serialize>(value: &T) -> io::Result<Bytes> {
     postcard::to_allocvec(value)
         .map(Bytes::from)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
-pub(crate) fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> io::Result<T> {
+/// Decodes a value written by [`encode`].
+pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> io::Result<T> {
     postcard::from_bytes(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 

@@ -53,50 +53,16 @@ async fn three_node_cluster_replicates_and_survives_a_killed_node() {
     );
 
     let mut acked: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let producer = second.producer();
-    let send_round = |round: usize| {
-        let producer = producer.clone();
-        async move {
-            let mut sent = Vec::new();
-            for p in 0..PARTITIONS {
-                let body = format!("p{p}-r{round}");
-                producer
-                    .send(
-                        "orders",
-                        SendTarget::PartitionId(p.to_string()),
-                        [EventData::from_body(body.clone())],
-                    )
-                    .await
-                    .unwrap_or_else(|e| panic!("send {body} (seed {seed}): {e}"));
-                sent.push((p.to_string(), body));
-            }
-            sent
-        }
-    };
     for round in 0..5 {
-        for (p, body) in send_round(round).await {
-            acked.entry(p).or_default().push(body);
-        }
+        send_round(&second, round, &mut acked, seed).await;
     }
 
     // Kill one node (the seed picks which): every partition keeps a majority.
     let victim = (seed % 3) as usize;
     cluster.nodes[victim].kill9().await;
     let survivor = Client::connect(&endpoints[(victim + 1) % 3]).await.unwrap();
-    let producer = survivor.producer();
     for round in 5..10 {
-        for p in 0..PARTITIONS {
-            let body = format!("p{p}-r{round}");
-            producer
-                .send(
-                    "orders",
-                    SendTarget::PartitionId(p.to_string()),
-                    [EventData::from_body(body.clone())],
-                )
-                .await
-                .unwrap_or_else(|e| panic!("send {body} after the kill (seed {seed}): {e}"));
-            acked.entry(p.to_string()).or_default().push(body);
-        }
+        send_round(&survivor, round, &mut acked, seed).await;
     }
     // `cluster status` from a survivor shows the dead node and the new leaders.
     let status = cluster_status(&endpoints[(victim + 1) % 3]).await;
@@ -145,6 +111,28 @@ async fn three_node_cluster_replicates_and_survives_a_killed_node() {
             "replicas never caught up: {status}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Sends one event to every partition, recording the acknowledged bodies per partition.
+async fn send_round(
+    client: &Client,
+    round: usize,
+    acked: &mut BTreeMap<String, Vec<String>>,
+    seed: u64,
+) {
+    for p in 0..PARTITIONS {
+        let body = format!("p{p}-r{round}");
+        client
+            .producer()
+            .send(
+                "orders",
+                SendTarget::PartitionId(p.to_string()),
+                [EventData::from_body(body.clone())],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("send {body} in round {round} (seed {seed}): {e}"));
+        acked.entry(p.to_string()).or_default().push(body);
     }
 }
 

@@ -11,7 +11,7 @@ use tributary_raft::openraft_api::{
     EntryPayload, EntryResponder, RaftSnapshotBuilder, RaftStateMachine, StoredMembership,
 };
 use tributary_raft::{
-    LogId, Proposal, ProposalResult, Snapshot, SnapshotData, SnapshotMeta, TypeConfig,
+    LogId, Proposal, ProposalResult, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, encode,
 };
 use tributary_storage::{Durability, MetaKey, Mutation, Shard};
 use tributary_types::GroupId;
@@ -30,12 +30,6 @@ pub type CommandResult = Result<Reply, CommandError>;
 
 fn invalid(err: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, err.to_string())
-}
-
-fn encode<T: Serialize>(value: &T) -> io::Result<bytes::Bytes> {
-    postcard::to_allocvec(value)
-        .map(bytes::Bytes::from)
-        .map_err(invalid)
 }
 
 pub fn encode_command(command: &Command) -> bytes::Bytes {

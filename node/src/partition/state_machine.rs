@@ -13,6 +13,7 @@ use tributary_raft::openraft_api::{
 };
 use tributary_raft::{
     AppendOutcome, ProducerStamp, Proposal, ProposalResult, SnapshotData, TypeConfig, decode_entry,
+    encode,
 };
 use tributary_raft::{
     LogId as LogIdT, Snapshot as SnapshotT, SnapshotMeta as SnapshotMetaT,
@@ -206,12 +207,6 @@ impl PartitionStateMachine {
 
 fn invalid(err: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, err.to_string())
-}
-
-fn encode<T: Serialize>(value: &T) -> io::Result<bytes::Bytes> {
-    postcard::to_allocvec(value)
-        .map(bytes::Bytes::from)
-        .map_err(invalid)
 }
 
 impl RaftStateMachine<TypeConfig> for PartitionStateMachine {
