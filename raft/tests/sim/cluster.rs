@@ -1,0 +1,104 @@
+//! The simulated cluster: three turmoil hosts, each with its own storage shard, a
+//! [`GroupHost`] running every group, and the peer server on turmoil TCP.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use tributary_raft::{GroupHost, PeerRouter, PeerService, Raft};
+use tributary_storage::{Shard, ShardConfig};
+use tributary_types::{GroupId, HubId, NodeId, PartitionId};
+
+use crate::net::{self, SimConnector};
+use crate::state_machine::{MemStateMachine, SharedApplied};
+
+/// The simulated hosts; host `HOSTS[i]` is node `i + 1`.
+pub const HOSTS: [&str; 3] = ["n1", "n2", "n3"];
+
+/// Groups every host runs, all with the three nodes as voters.
+pub const GROUP_COUNT: u16 = 3;
+
+pub fn groups() -> Vec<GroupId> {
+    (0..GROUP_COUNT)
+        .map(|p| GroupId::new(HubId(1), PartitionId(p), 0))
+        .collect()
+}
+
+pub fn node_of(host_index: usize) -> u64 {
+    host_index as u64 + 1
+}
+
+pub fn host_of(node: u64) -> usize {
+    node as usize - 1
+}
+
+/// One replica of one group, as the client and the checker see it.
+#[derive(Clone)]
+pub struct Replica {
+    pub node: u64,
+    pub group: GroupId,
+    pub raft: Raft<MemStateMachine>,
+    pub applied: SharedApplied,
+    pub shard: Shard,
+}
+
+/// Replicas register here as their hosts start them.
+pub type Registry = Arc<Mutex<Vec<Replica>>>;
+
+/// A small page cache: the simulation's logs are a few megabytes.
+const SHARD_CACHE_BYTES: usize = 8 * 1024 * 1024;
+
+/// Adds the three hosts to `sim`. Each opens its shard under `dir` now; the hosts start
+/// their groups on their first simulation step.
+pub fn add_hosts(sim: &mut turmoil::Sim<'_>, dir: &Path, registry: &Registry) {
+    let members: BTreeMap<NodeId, String> = HOSTS
+        .iter()
+        .enumerate()
+        .map(|(i, host)| (NodeId(node_of(i)), net::peer_addr(host)))
+        .collect();
+    for (i, host) in HOSTS.iter().enumerate() {
+        let node = node_of(i);
+        let config = ShardConfig {
+            cache_bytes: SHARD_CACHE_BYTES,
+            ..ShardConfig::default()
+        };
+        // The shard's writer is an OS thread outside turmoil's control, so how many ticks
+        // an append takes depends on wall-clock speed: runs are seeded, not fully
+        // deterministic.
+        let shard = Shard::open(&dir.join(format!("{host}.redb")), config).expect("open shard");
+        let registry = registry.clone();
+        let members = members.clone();
+        sim.host(*host, move || {
+            run_host(node, shard.clone(), members.clone(), registry.clone())
+        });
+    }
+}
+
+async fn run_host(
+    node: u64,
+    shard: Shard,
+    members: BTreeMap<NodeId, String>,
+    registry: Registry,
+) -> turmoil::Result {
+    let router = PeerRouter::new(node, SimConnector);
+    for (id, addr) in &members {
+        router.set_address(id.0, addr);
+    }
+    let host = GroupHost::new(NodeId(node), router);
+    let server = tokio::task::spawn_local(net::serve(PeerService::new(host.clone()).into_server()));
+    for group in groups() {
+        let (machine, applied) = MemStateMachine::new();
+        let raft = host
+            .start(group, shard.clone(), machine, members.clone())
+            .await?;
+        registry.lock().expect("registry lock").push(Replica {
+            node,
+            group,
+            raft,
+            applied,
+            shard: shard.clone(),
+        });
+    }
+    server.await?.map_err(|e| e.to_string())?;
+    Ok(())
+}
