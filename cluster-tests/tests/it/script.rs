@@ -82,8 +82,9 @@ async fn cluster_local_script_starts_three_nodes() {
     let batch = stream.next().await.unwrap().unwrap();
     assert_eq!(batch[0].body.as_ref(), b"hello");
 
-    // Ctrl-C (SIGINT) stops every node.
-    kill(Pid::from_raw(script.id().unwrap() as i32), Signal::SIGINT).unwrap();
+    // SIGTERM (like Ctrl-C, which a shell started in the background may ignore) stops
+    // every node.
+    kill(Pid::from_raw(script.id().unwrap() as i32), Signal::SIGTERM).unwrap();
     let status = tokio::time::timeout(Duration::from_secs(30), script.wait())
         .await
         .expect("the script stops its nodes and exits")
