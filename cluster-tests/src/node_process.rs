@@ -77,25 +77,14 @@ impl NodeProcess {
 
     /// Like [`NodeProcess::start`], with more `serve` flags (e.g. `--cluster-id alpha`).
     pub async fn start_with_args(data_dir: &Path, extra_args: &[&str]) -> NodeProcess {
-        let name = data_dir
-            .file_name()
-            .expect("the data directory has a name")
-            .to_string_lossy();
-        let log_path = data_dir.with_file_name(format!("{name}.log"));
-        let mut node = NodeProcess {
-            data_dir: data_dir.to_path_buf(),
-            extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
-            client_port: 0,
-            http_port: 0,
-            peer_port: 0,
-            log_path,
-            run_log_start: 0,
-            child: None,
-        };
+        let args: Vec<String> = extra_args.iter().map(|a| (*a).to_owned()).collect();
+        let mut node = NodeProcess::new(data_dir, NodePorts::free(), &args);
         for attempt in 1..=START_ATTEMPTS_MAX {
-            node.client_port = free_port();
-            node.http_port = free_port();
-            node.peer_port = free_port();
+            if attempt > 1 {
+                let ports = NodePorts::free();
+                (node.client_port, node.http_port, node.peer_port) =
+                    (ports.client, ports.http, ports.peer);
+            }
             node.spawn();
             match node.ready_or_exit().await {
                 Readiness::Ready => return node,
@@ -116,12 +105,19 @@ impl NodeProcess {
     /// Spawns a node on the given ports without waiting for it (a cluster's nodes must all
     /// run before any is ready); call [`NodeProcess::wait_ready`] next.
     pub fn launch(data_dir: &Path, ports: NodePorts, extra_args: &[String]) -> NodeProcess {
+        let mut node = NodeProcess::new(data_dir, ports, extra_args);
+        node.spawn();
+        node
+    }
+
+    /// A node on these ports, not started yet.
+    fn new(data_dir: &Path, ports: NodePorts, extra_args: &[String]) -> NodeProcess {
         let name = data_dir
             .file_name()
             .expect("the data directory has a name")
             .to_string_lossy();
         let log_path = data_dir.with_file_name(format!("{name}.log"));
-        let mut node = NodeProcess {
+        NodeProcess {
             data_dir: data_dir.to_path_buf(),
             extra_args: extra_args.to_vec(),
             client_port: ports.client,
@@ -130,9 +126,7 @@ impl NodeProcess {
             log_path,
             run_log_start: 0,
             child: None,
-        };
-        node.spawn();
-        node
+        }
     }
 
     /// `http://127.0.0.1:<client port>`, for the SDK and `--endpoint`.
