@@ -7,7 +7,7 @@ use tonic::transport::Channel;
 use tributary_proto::v1 as proto;
 use tributary_proto::v1::management_client::ManagementClient as ManagementStub;
 
-use crate::routing::{Routing, make_channel};
+use crate::routing::{RETRY_DEADLINE_DEFAULT, Routing, make_channel};
 
 use crate::{ClientError, ConsumerClient, ProducerClient};
 
@@ -28,10 +28,20 @@ impl Client {
         let endpoint: Arc<str> = normalize_endpoint(endpoint)?.into();
         let channel = make_channel(&endpoint)?;
         Ok(Client {
-            routing: Routing::new(endpoint.clone(), channel.clone()),
+            routing: Routing::new(endpoint.clone(), channel.clone(), RETRY_DEADLINE_DEFAULT),
             channel,
             endpoint,
         })
+    }
+
+    /// The same connection with another limit on how long sends and reads keep retrying
+    /// transient failures (leader changes, a node restarting); zero disables retries.
+    pub fn with_retry_deadline(&self, retry_deadline: Duration) -> Client {
+        Client {
+            routing: Routing::new(self.endpoint.clone(), self.channel.clone(), retry_deadline),
+            channel: self.channel.clone(),
+            endpoint: self.endpoint.clone(),
+        }
     }
 
     /// The endpoint this client talks to.

@@ -11,8 +11,8 @@ use tributary_proto::v1::ErrorReason;
 
 use crate::ClientError;
 
-/// How long a call keeps retrying transient failures before giving up.
-pub const RETRY_DEADLINE: Duration = Duration::from_secs(30);
+/// How long a call keeps retrying transient failures before giving up, by default.
+pub const RETRY_DEADLINE_DEFAULT: Duration = Duration::from_secs(30);
 /// Backoff before the first retry; doubles per attempt up to [`BACKOFF_MAX`].
 const BACKOFF_FIRST: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
@@ -27,6 +27,7 @@ pub(crate) type PartitionKey = (String, String);
 #[derive(Debug)]
 struct Inner {
     base: Arc<str>,
+    retry_deadline: Duration,
     channels: Mutex<HashMap<Arc<str>, Channel>>,
     leaders: Mutex<HashMap<PartitionKey, Arc<str>>>,
 }
@@ -65,11 +66,12 @@ pub(crate) fn backoff(attempt: u32) -> Duration {
 }
 
 impl Routing {
-    pub(crate) fn new(base: Arc<str>, channel: Channel) -> Self {
+    pub(crate) fn new(base: Arc<str>, channel: Channel, retry_deadline: Duration) -> Self {
         let channels = HashMap::from([(base.clone(), channel)]);
         Self {
             inner: Arc::new(Inner {
                 base,
+                retry_deadline,
                 channels: Mutex::new(channels),
                 leaders: Mutex::new(HashMap::new()),
             }),
@@ -91,7 +93,7 @@ impl Routing {
     }
 
     /// Runs `call` against the partition's leader (or the first node), following hints and
-    /// retrying transient failures until [`RETRY_DEADLINE`].
+    /// retrying transient failures until the client's retry deadline.
     pub(crate) async fn call<T, F, Fut>(
         &self,
         partition: Option<PartitionKey>,
@@ -101,7 +103,7 @@ impl Routing {
         F: FnMut(Channel, Arc<str>) -> Fut,
         Fut: Future<Output = Result<T, ClientError>>,
     {
-        let deadline = tokio::time::Instant::now() + RETRY_DEADLINE;
+        let deadline = tokio::time::Instant::now() + self.inner.retry_deadline;
         let cached = partition.as_ref().and_then(|p| {
             self.inner
                 .leaders
