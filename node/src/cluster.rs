@@ -21,7 +21,7 @@ use tributary_proto::peer::{
 use tributary_raft::openraft_api::{ClientWriteError, RaftError};
 use tributary_raft::{Connector, GroupHost, Proposal, ProposalResult, Raft, TcpConnector};
 use tributary_storage::{MetaKey, Shard};
-use tributary_types::{Clock, GroupId, NodeId};
+use tributary_types::{GroupId, NodeId};
 
 use crate::api::error::ApiError;
 use crate::controller::state::{ClusterState, Command, ErrorKind, NodeRecord, Reply};
@@ -47,7 +47,6 @@ pub struct ClusterRuntime {
     config: MembershipConfig,
     host: Arc<GroupHost<GroupStateMachine>>,
     controller_shard: Shard,
-    clock: Arc<dyn Clock>,
     known: RwLock<BTreeMap<u64, NodeRecord>>,
     controller: RwLock<Option<Raft<GroupStateMachine>>>,
     view: watch::Sender<Arc<ClusterState>>,
@@ -83,7 +82,6 @@ impl ClusterRuntime {
         config: MembershipConfig,
         host: Arc<GroupHost<GroupStateMachine>>,
         controller_shard: Shard,
-        clock: Arc<dyn Clock>,
     ) -> Arc<Self> {
         let known = BTreeMap::from([(me.id, me.clone())]);
         Arc::new(Self {
@@ -91,7 +89,6 @@ impl ClusterRuntime {
             config,
             host,
             controller_shard,
-            clock,
             known: RwLock::new(known),
             controller: RwLock::new(None),
             view: watch::channel(Arc::new(ClusterState::default())).0,
@@ -451,10 +448,6 @@ impl ClusterRuntime {
             self.publish(Arc::new(state));
         }
         Ok(())
-    }
-
-    pub fn now_ms(&self) -> i64 {
-        self.clock.now_ms()
     }
 
     pub fn host(&self) -> &Arc<GroupHost<GroupStateMachine>> {

@@ -106,7 +106,6 @@ impl Node {
             },
             host.clone(),
             shards[0].clone(),
-            clock.clone(),
         );
         let broker = Broker::new(
             runtime.clone(),

@@ -355,11 +355,6 @@ impl Partition {
     pub fn read_calls(&self) -> u64 {
         self.read_calls.load(Ordering::Relaxed)
     }
-
-    /// Builds a snapshot now (used by tests and, later, retention).
-    pub async fn trigger_snapshot(&self) -> Result<(), PartitionError> {
-        self.raft.trigger().snapshot().await.map_err(storage)
-    }
 }
 
 impl Lookup for Partition {
