@@ -62,6 +62,8 @@ pub struct NodeProcess {
     /// Where the current run's output starts in the log.
     run_log_start: u64,
     child: Option<Child>,
+    /// Stopped with SIGSTOP and not yet continued.
+    paused: bool,
 }
 
 enum Readiness {
@@ -126,6 +128,7 @@ impl NodeProcess {
             log_path,
             run_log_start: 0,
             child: None,
+            paused: false,
         }
     }
 
@@ -195,6 +198,52 @@ impl NodeProcess {
     /// SIGTERM, then waits for the node to shut down; returns its exit status.
     pub async fn terminate(&mut self) -> ExitStatus {
         self.signal_and_wait(Signal::SIGTERM).await
+    }
+
+    /// SIGSTOP: the process freezes (no timers, no replies, sockets stay open), as in a
+    /// long garbage-collection pause or a stalled VM. [`NodeProcess::resume`] continues it;
+    /// dropping a paused node kills it.
+    pub fn pause(&mut self) {
+        assert!(!self.paused, "pause() on a node that is already paused");
+        self.signal_running(Signal::SIGSTOP);
+        self.paused = true;
+    }
+
+    /// SIGCONT: a node stopped by [`NodeProcess::pause`] runs again.
+    pub fn resume(&mut self) {
+        assert!(self.paused, "resume() needs a node paused by pause()");
+        self.signal_running(Signal::SIGCONT);
+        self.paused = false;
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Stops the process if it runs (SIGKILL) and deletes everything in its data directory,
+    /// so the next [`NodeProcess::restart`] starts on an empty directory, as a replacement
+    /// machine with a new disk would.
+    pub async fn wipe(&mut self) {
+        if self.child.is_some() {
+            self.signal_and_wait(Signal::SIGKILL).await;
+        }
+        let entries = match std::fs::read_dir(&self.data_dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(e) => panic!("cannot list {}: {e}", self.data_dir.display()),
+        };
+        for entry in entries {
+            let path = entry
+                .unwrap_or_else(|e| panic!("cannot list {}: {e}", self.data_dir.display()))
+                .path();
+            let removed = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            removed.unwrap_or_else(|e| panic!("cannot delete {}: {e}", path.display()));
+        }
+        self.note("data directory wiped");
     }
 
     /// Starts the stopped node again on the same data directory and ports, and waits until
@@ -278,6 +327,15 @@ impl NodeProcess {
         Some(status)
     }
 
+    /// Sends `signal` to the running process without waiting for anything.
+    fn signal_running(&mut self, signal: Signal) {
+        self.assert_running();
+        let pid = self.pid().expect("a running child has a pid");
+        self.note(&format!("sending {signal}"));
+        let pid = Pid::from_raw(i32::try_from(pid).expect("pids fit in i32"));
+        kill(pid, signal).unwrap_or_else(|e| panic!("cannot send {signal} to pid {pid}: {e}"));
+    }
+
     async fn signal_and_wait(&mut self, signal: Signal) -> ExitStatus {
         let Some(mut child) = self.child.take() else {
             panic!("cannot send {signal} to a node that is not running");
@@ -287,6 +345,10 @@ impl NodeProcess {
             let pid = Pid::from_raw(i32::try_from(pid).expect("pids fit in i32"));
             // The process may have just exited by itself (ESRCH): waiting tells.
             let _ = kill(pid, signal);
+            // A stopped process only acts on SIGTERM once continued (SIGKILL needs no help).
+            if std::mem::take(&mut self.paused) {
+                let _ = kill(pid, Signal::SIGCONT);
+            }
         }
         match tokio::time::timeout(EXIT_TIMEOUT, child.wait()).await {
             Ok(status) => status.expect("the child can be waited for"),
@@ -333,7 +395,13 @@ impl NodeProcess {
 impl Drop for NodeProcess {
     fn drop(&mut self) {
         if let Some(child) = self.child.as_mut() {
+            // SIGKILL ends a stopped process too; continuing it first is only belt and braces.
             let _ = child.start_kill();
+            if self.paused
+                && let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok())
+            {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
+            }
         }
         if std::thread::panicking() {
             eprintln!("{}", self.failure("test failed"));
