@@ -29,6 +29,7 @@
 pub mod cli;
 mod client;
 mod consumer;
+mod diagnostics;
 mod error;
 mod event;
 mod position;
@@ -38,10 +39,12 @@ mod time;
 
 pub use client::Client;
 pub use consumer::{ConsumerClient, ReceiveStream};
+pub use diagnostics::{ReplicaListing, ReplicaSummary, body_checksum, replica_digest};
 pub use error::ClientError;
 pub use event::{EventData, PropertyValue, ReceivedEvent};
 pub use position::{EventPosition, ParsePositionError};
 pub use producer::{IdempotentProducer, ProducerClient, SendTarget};
 pub use tributary_proto::v1::{
-    ConsumerGroupProperties, ErrorReason, EventHubProperties, PartitionProperties, SendResponse,
+    ConsumerGroupProperties, ErrorReason, EventHubProperties, PartitionProperties, ReplicaEvent,
+    ReplicaEventsResponse, SendResponse,
 };

@@ -23,6 +23,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tributary_proto::peer::cluster_server::ClusterServer;
 use tributary_proto::peer::node_status_server::NodeStatusServer;
 use tributary_proto::v1::consumer_server::ConsumerServer;
+use tributary_proto::v1::diagnostics_server::DiagnosticsServer;
 use tributary_proto::v1::management_server::ManagementServer;
 use tributary_proto::v1::producer_server::ProducerServer;
 use tributary_raft::{GroupHost, PeerRouter, PeerService, TcpConnector};
@@ -163,7 +164,12 @@ impl Node {
                     broker: broker.clone(),
                 })
                 .max_decoding_message_size(REQUEST_OVERHEAD_BYTES),
-            );
+            )
+            .add_service(DiagnosticsServer::new(
+                api::diagnostics::DiagnosticsService {
+                    broker: broker.clone(),
+                },
+            ));
         let mut server_shutdown = shutdown_rx.clone();
         let server = tokio::spawn(server.serve_with_incoming_shutdown(
             TcpListenerStream::new(client_listener),

@@ -5,6 +5,7 @@
 //! `tributary bench` lives in the `tributary-bench` crate, which depends on this one.
 
 mod cluster;
+mod debug;
 mod event_format;
 mod group;
 mod hub;
@@ -12,6 +13,7 @@ mod output;
 mod receive;
 mod send;
 
+pub use debug::{DebugCommand, ReplicaEventsArgs};
 pub use group::GroupCommand;
 pub use hub::HubCommand;
 pub use receive::ReceiveArgs;
@@ -58,6 +60,9 @@ pub enum CliCommand {
     /// Inspect the cluster.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
+    /// Look inside the node at --endpoint (e.g. list its replica of a partition).
+    #[command(subcommand)]
+    Debug(DebugCommand),
 }
 
 /// Runs one client command against `globals.endpoint`.
@@ -70,6 +75,7 @@ pub async fn run(globals: CliGlobals, command: CliCommand) -> anyhow::Result<()>
         CliCommand::Send(args) => send::run(&client, output, args).await,
         CliCommand::Receive(args) => receive::run(&client, output, args).await,
         CliCommand::Cluster(command) => cluster::run(&client, output, command).await,
+        CliCommand::Debug(command) => debug::run(&client, command).await,
     }
 }
 

@@ -2,6 +2,7 @@
 
 pub mod consumer;
 pub mod convert;
+pub mod diagnostics;
 pub mod error;
 pub mod management;
 pub mod producer;
