@@ -1,14 +1,17 @@
 //! `tributary bench`: a load generator that measures send throughput, send latency and how
-//! well the node shares fsyncs between sends.
+//! well the node shares fsyncs between sends; `tributary bench failover` measures how long a
+//! partition takes to accept writes again after its leader's node is killed.
 //!
 //! The binary's `main` (in `node/`) adds a `Bench(BenchArgs)` subcommand and calls
-//! [`run`] with the CLI's endpoint and output format. (This crate depends on the client, so
+//! [`main`] with the CLI's endpoint and output format. (This crate depends on the client, so
 //! the client's `CliCommand` cannot include it.)
 
+mod failover;
 mod load;
 mod metrics;
 mod report;
 
+pub use failover::{FailoverArgs, FailoverReport};
 pub use report::{BenchReport, LatencyReport};
 
 use std::time::Duration;
@@ -23,7 +26,11 @@ use tributary_client::{Client, ClientError, ErrorReason, EventData};
 const CONNECTIONS_MAX: u32 = 8;
 
 #[derive(Debug, Clone, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct BenchArgs {
+    /// Other benchmarks; without one, `bench` measures send throughput against --endpoint.
+    #[command(subcommand)]
+    pub command: Option<BenchCommand>,
     /// Partitions of the hub the bench creates (ignored with an existing --hub).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     pub partitions: u32,
@@ -53,6 +60,22 @@ pub struct BenchArgs {
     /// unavailable.
     #[arg(long, default_value = "http://127.0.0.1:7402/metrics")]
     pub metrics_url: String,
+}
+
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum BenchCommand {
+    /// Start a local cluster, kill partition leaders under load and measure how long each
+    /// partition takes to accept writes again (ignores --endpoint).
+    Failover(FailoverArgs),
+}
+
+/// Runs the benchmark `args` selects and prints its report: a table, or one JSON object if
+/// `json`.
+pub async fn main(endpoint: &str, args: BenchArgs, json: bool) -> anyhow::Result<()> {
+    match args.command.clone() {
+        Some(BenchCommand::Failover(failover)) => failover::run(failover, json).await.map(drop),
+        None => run(endpoint, args, json).await.map(drop),
+    }
 }
 
 /// Runs the bench against the node at `endpoint` and prints the report on stdout: a table,

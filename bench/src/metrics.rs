@@ -23,7 +23,7 @@ pub(crate) async fn fetch_counter(url: &str, name: &str) -> anyhow::Result<Optio
     Ok(counter_sum(&body, name))
 }
 
-async fn http_get(url: &str) -> anyhow::Result<String> {
+pub(crate) async fn http_get(url: &str) -> anyhow::Result<String> {
     let (authority, path) = split_http_url(url)?;
     let address = if authority.contains(':') {
         authority.to_owned()

@@ -18,7 +18,8 @@ struct Args {
 enum Command {
     /// Run a node (the default when no subcommand is given).
     Serve(ServeArgs),
-    /// Measure send throughput and latency against a running node.
+    /// Measure send throughput and latency against a running node, or (`bench failover`)
+    /// how fast partitions accept writes again after their leader is killed.
     Bench(tributary_bench::BenchArgs),
     #[command(flatten)]
     Cli(CliCommand),
@@ -32,9 +33,7 @@ fn main() -> std::process::ExitCode {
             Command::Serve(serve) => tributary::serve_until_signal(serve).await,
             Command::Bench(bench) => {
                 let json = args.globals.output == tributary_client::cli::OutputFormat::Json;
-                tributary_bench::run(&args.globals.endpoint, bench, json)
-                    .await
-                    .map(|_| ())
+                tributary_bench::main(&args.globals.endpoint, bench, json).await
             }
             Command::Cli(cmd) => tributary_client::cli::run(args.globals, cmd).await,
         }

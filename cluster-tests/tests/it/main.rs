@@ -2,6 +2,7 @@
 //! Build the binary first: `cargo build --bin tributary` (or set `TRIBUTARY_BIN`).
 
 mod bench;
+mod bench_failover;
 mod cli;
 mod crash;
 mod data_dir;
