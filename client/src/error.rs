@@ -65,8 +65,9 @@ impl ClientError {
     ///
     /// The service puts an encoded [`ErrorDetail`] in every error's details. A status without
     /// one did not come from a Tributary handler: with code `Unavailable`, or `Cancelled` (a
-    /// node shutting down refuses new streams), it is a transport failure, otherwise the
-    /// reason is derived from the code.
+    /// node shutting down refuses new streams), or made here from a broken connection (a
+    /// node dying mid-call), it is a transport failure, otherwise the reason is derived from
+    /// the code.
     pub fn from_status(status: tonic::Status, endpoint: &str) -> ClientError {
         let detail = if status.details().is_empty() {
             None
@@ -77,7 +78,8 @@ impl ClientError {
             if matches!(
                 status.code(),
                 tonic::Code::Unavailable | tonic::Code::Cancelled
-            ) {
+            ) || broken_connection(&status)
+            {
                 return ClientError::Transport {
                     endpoint: endpoint.to_owned(),
                     message: error_chain(&status),
@@ -106,6 +108,13 @@ impl ClientError {
             leader_hint: (!detail.leader_hint.is_empty()).then_some(detail.leader_hint),
         }
     }
+}
+
+/// A status the client made from a connection that broke during the call: it carries the
+/// underlying error as its source, which statuses sent by a server never do.
+fn broken_connection(status: &tonic::Status) -> bool {
+    matches!(status.code(), tonic::Code::Unknown | tonic::Code::Internal)
+        && status.source().is_some()
 }
 
 /// The status message followed by its sources, skipping repeats (hyper and tonic often wrap
@@ -291,6 +300,20 @@ mod tests {
         let error = ClientError::from_status(garbage, "http://h:1");
         assert_eq!(error.reason(), Some(ErrorReason::InvalidArgument));
         assert_eq!(error.to_string(), "invalid argument: bad name");
+    }
+
+    #[test]
+    fn a_connection_broken_mid_call_is_a_transport_error() {
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset");
+        let status = tonic::Status::from_error(Box::new(reset));
+        assert_eq!(status.code(), tonic::Code::Unknown);
+        let error = ClientError::from_status(status, "http://127.0.0.1:7400");
+        assert!(matches!(error, ClientError::Transport { .. }), "{error:?}");
+        assert!(error.is_transient());
+        // The same code sent by a server (no source) is not a transport failure.
+        let error = ClientError::from_status(tonic::Status::unknown("boom"), "http://h:1");
+        assert_eq!(error.reason(), Some(ErrorReason::Unspecified));
+        assert!(!error.is_transient());
     }
 
     #[test]

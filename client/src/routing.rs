@@ -78,6 +78,47 @@ impl Routing {
         }
     }
 
+    /// How long a call keeps retrying; zero when retries are off.
+    pub(crate) fn retry_deadline(&self) -> Duration {
+        self.inner.retry_deadline
+    }
+
+    /// Forgets the cached leader of `partition` (e.g. its stream broke), so the next call
+    /// asks again.
+    pub(crate) fn forget_leader(&self, partition: &PartitionKey) {
+        self.inner
+            .leaders
+            .lock()
+            .expect("leaders lock")
+            .remove(partition);
+    }
+
+    /// Takes a leader hint seen outside [`Routing::call`] (e.g. in a stream's error) as the
+    /// partition's leader for the next call.
+    pub(crate) fn remember_leader(&self, partition: PartitionKey, hint: &str) {
+        self.inner
+            .leaders
+            .lock()
+            .expect("leaders lock")
+            .insert(partition, normalize_hint(hint).into());
+    }
+
+    /// Where to go after `failed` could not be reached: the first node, or when that is the
+    /// one that failed, another node this client has talked to (if any).
+    fn after_transport_failure(&self, failed: &Arc<str>) -> Arc<str> {
+        let base = &self.inner.base;
+        if failed != base {
+            return base.clone();
+        }
+        let channels = self.inner.channels.lock().expect("channels lock");
+        let mut others: Vec<&Arc<str>> = channels.keys().filter(|e| *e != failed).collect();
+        others.sort();
+        match others.as_slice() {
+            [] => base.clone(),
+            others => others[rand::random_range(0..others.len())].clone(),
+        }
+    }
+
     fn channel(&self, endpoint: &Arc<str>) -> Result<Channel, ClientError> {
         let mut channels = self.inner.channels.lock().expect("channels lock");
         if let Some(channel) = channels.get(endpoint) {
@@ -146,7 +187,9 @@ impl Routing {
                     endpoint = normalize_hint(hint).into();
                     continue;
                 }
-                ClientError::Transport { .. } => endpoint = self.inner.base.clone(),
+                ClientError::Transport { .. } => {
+                    endpoint = self.after_transport_failure(&endpoint);
+                }
                 _ => {}
             }
             hops = 0;
@@ -178,6 +221,36 @@ mod tests {
         }
         let late: Vec<_> = (0..50).map(|_| backoff(10)).collect();
         assert!(late.iter().any(|d| *d != late[0]), "jittered");
+    }
+
+    fn routing(base: &str) -> Routing {
+        let base: Arc<str> = base.into();
+        let channel = make_channel(&base).unwrap();
+        Routing::new(base, channel, RETRY_DEADLINE_DEFAULT)
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_node_sends_calls_elsewhere() {
+        let routing = routing("http://a:1");
+        let base: Arc<str> = "http://a:1".into();
+        // Only the first node is known: nowhere else to go.
+        assert_eq!(routing.after_transport_failure(&base), base);
+        let other: Arc<str> = "http://b:1".into();
+        routing.channel(&other).unwrap();
+        // Another node failed: back to the first; the first failed: the other one.
+        assert_eq!(routing.after_transport_failure(&other), base);
+        assert_eq!(routing.after_transport_failure(&base), other);
+    }
+
+    #[tokio::test]
+    async fn leaders_are_remembered_and_forgotten() {
+        let routing = routing("http://a:1");
+        let key: PartitionKey = ("hub".into(), "0".into());
+        routing.remember_leader(key.clone(), "b:2");
+        let leader = routing.inner.leaders.lock().unwrap().get(&key).cloned();
+        assert_eq!(leader.as_deref(), Some("http://b:2"));
+        routing.forget_leader(&key);
+        assert!(routing.inner.leaders.lock().unwrap().get(&key).is_none());
     }
 
     #[test]

@@ -1,8 +1,15 @@
 //! Several real `tributary serve` processes on loopback forming one cluster.
 
 use std::path::Path;
+use std::time::Duration;
 
-use crate::node_process::{NodePorts, NodeProcess};
+use tokio::time::Instant;
+use tributary_client::Client;
+
+use crate::node_process::{NodePorts, NodeProcess, READY_TIMEOUT};
+
+/// Pause between two looks at the cluster status while waiting for a leader.
+const LEADER_POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 /// A cluster of `n` nodes with ids 1..=n, each on its own free ports and data directory
 /// under the given test directory.
@@ -16,6 +23,12 @@ impl LocalCluster {
     /// Starts every node (all must run before the cluster can form) and waits until each
     /// says it is ready.
     pub async fn start(dir: &Path, n: usize) -> LocalCluster {
+        LocalCluster::start_with_env(dir, n, &[]).await
+    }
+
+    /// Like [`LocalCluster::start`], with environment variables set for every node (e.g.
+    /// `TRIBUTARY_FAULT_HOOKS=1`).
+    pub async fn start_with_env(dir: &Path, n: usize, env: &[(&str, &str)]) -> LocalCluster {
         let ports: Vec<NodePorts> = (0..n).map(|_| NodePorts::free()).collect();
         let seeds = ports
             .iter()
@@ -34,7 +47,12 @@ impl LocalCluster {
                     "--bootstrap-expect".to_string(),
                     n.to_string(),
                 ];
-                NodeProcess::launch(&dir.join(format!("node-{}", i + 1)), *ports, &args)
+                NodeProcess::launch_with_env(
+                    &dir.join(format!("node-{}", i + 1)),
+                    *ports,
+                    &args,
+                    env,
+                )
             })
             .collect();
         for node in &mut nodes {
@@ -46,5 +64,45 @@ impl LocalCluster {
     /// Client endpoints of every node.
     pub fn endpoints(&self) -> Vec<String> {
         self.nodes.iter().map(NodeProcess::endpoint).collect()
+    }
+
+    /// The index in `nodes` of the running node that leads `partition_id` of `event_hub`,
+    /// as the cluster status (asked through a running node) says; waits until there is one.
+    pub async fn partition_leader(&self, event_hub: &str, partition_id: &str) -> usize {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let mut last_seen = String::from("no running node answered");
+        loop {
+            for node in self.nodes.iter().filter(|n| n.pid().is_some()) {
+                let Ok(client) = Client::connect(&node.endpoint()).await else {
+                    continue;
+                };
+                let status = match client.cluster_status().await {
+                    Ok(status) => status,
+                    Err(err) => {
+                        last_seen = err.to_string();
+                        continue;
+                    }
+                };
+                let leader = status
+                    .partitions
+                    .iter()
+                    .find(|p| p.event_hub == event_hub && p.partition_id == partition_id)
+                    .map(|p| p.leader);
+                last_seen = format!("leader {leader:?} in {status:?}");
+                let index = leader
+                    .filter(|id| *id > 0)
+                    .and_then(|id| usize::try_from(id - 1).ok())
+                    .filter(|i| self.nodes.get(*i).is_some_and(|n| n.pid().is_some()));
+                if let Some(index) = index {
+                    return index;
+                }
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no running leader of {event_hub}/{partition_id} after {READY_TIMEOUT:?}: {last_seen}"
+            );
+            tokio::time::sleep(LEADER_POLL_INTERVAL).await;
+        }
     }
 }

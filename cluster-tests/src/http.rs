@@ -21,9 +21,20 @@ pub struct HttpResponse {
 
 /// `GET http://<addr><path>`.
 pub async fn http_get(addr: SocketAddr, path: &str) -> io::Result<HttpResponse> {
+    http_request(addr, "GET", path).await
+}
+
+/// `POST http://<addr><path>` with an empty body.
+pub async fn http_post(addr: SocketAddr, path: &str) -> io::Result<HttpResponse> {
+    http_request(addr, "POST", path).await
+}
+
+async fn http_request(addr: SocketAddr, method: &str, path: &str) -> io::Result<HttpResponse> {
     let request = async {
         let mut stream = TcpStream::connect(addr).await?;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
         stream.write_all(request.as_bytes()).await?;
         let mut response = Vec::new();
         (&mut stream)

@@ -16,7 +16,7 @@ pub use binary::{
     workspace_dir,
 };
 pub use cluster::LocalCluster;
-pub use http::{HttpResponse, http_get};
+pub use http::{HttpResponse, http_get, http_post};
 pub use node_process::{NodePorts, NodeProcess, PEER_ADDR_ENV, READY_TIMEOUT, free_port};
 pub use seed::test_seed;
 pub use test_dir::TestDir;

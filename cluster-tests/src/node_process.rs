@@ -55,6 +55,8 @@ impl NodePorts {
 pub struct NodeProcess {
     data_dir: PathBuf,
     extra_args: Vec<String>,
+    /// Environment variables set for the process, besides the inherited ones.
+    env: Vec<(String, String)>,
     client_port: u16,
     http_port: u16,
     peer_port: u16,
@@ -112,6 +114,23 @@ impl NodeProcess {
         node
     }
 
+    /// Like [`NodeProcess::launch`], with environment variables set for the process (e.g.
+    /// `TRIBUTARY_FAULT_HOOKS=1`); restarts keep them.
+    pub fn launch_with_env(
+        data_dir: &Path,
+        ports: NodePorts,
+        extra_args: &[String],
+        env: &[(&str, &str)],
+    ) -> NodeProcess {
+        let mut node = NodeProcess::new(data_dir, ports, extra_args);
+        node.env = env
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+            .collect();
+        node.spawn();
+        node
+    }
+
     /// A node on these ports, not started yet.
     fn new(data_dir: &Path, ports: NodePorts, extra_args: &[String]) -> NodeProcess {
         let name = data_dir
@@ -122,6 +141,7 @@ impl NodeProcess {
         NodeProcess {
             data_dir: data_dir.to_path_buf(),
             extra_args: extra_args.to_vec(),
+            env: Vec::new(),
             client_port: ports.client,
             http_port: ports.http,
             peer_port: ports.peer,
@@ -246,6 +266,24 @@ impl NodeProcess {
         self.note("data directory wiped");
     }
 
+    /// Waits for the process to exit by itself (e.g. a fault hook aborted it) and returns
+    /// its exit status; panics, showing the log, if it still runs after a while.
+    pub async fn wait_for_exit(&mut self) -> ExitStatus {
+        let Some(mut child) = self.child.take() else {
+            panic!("wait_for_exit() needs a running node");
+        };
+        match tokio::time::timeout(EXIT_TIMEOUT, child.wait()).await {
+            Ok(status) => status.expect("the child can be waited for"),
+            Err(_elapsed) => {
+                self.child = Some(child);
+                panic!(
+                    "{}",
+                    self.failure(&format!("node still ran after {EXIT_TIMEOUT:?}"))
+                )
+            }
+        }
+    }
+
     /// Starts the stopped node again on the same data directory and ports, and waits until
     /// it is ready.
     pub async fn restart(&mut self) {
@@ -274,7 +312,8 @@ impl NodeProcess {
             .arg(format!("127.0.0.1:{}", self.http_port))
             // Through the environment, so binaries from before the peer port still start.
             .env(PEER_ADDR_ENV, format!("127.0.0.1:{}", self.peer_port))
-            .args(&self.extra_args);
+            .args(&self.extra_args)
+            .envs(self.env.iter().map(|(name, value)| (name, value)));
         let described = format!("{:?}", command.as_std());
         writeln!(log, "=== cluster-tests: starting {described}").expect("log is writable");
         self.run_log_start = log.metadata().map(|m| m.len()).unwrap_or(0);

@@ -1,17 +1,19 @@
 //! The HTTP port: `/healthz` (process alive), `/readyz` (every local partition led),
-//! `/metrics` (Prometheus text).
+//! `/metrics` (Prometheus text), and for testing only, with `TRIBUTARY_FAULT_HOOKS=1`,
+//! `POST /debug/faults/crash-after-commit` (see `fault.rs`).
 
 use std::sync::{Arc, OnceLock};
 
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::get;
+use axum::routing::{get, post};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::broker::Broker;
+use crate::fault::FaultHooks;
 
 /// The process-wide metrics recorder, installed once.
 pub fn metrics_handle() -> PrometheusHandle {
@@ -47,10 +49,16 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let handle = metrics_handle();
+    // Read the environment now, so an enabled node says so in its log at startup.
+    FaultHooks::global();
     let app = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(move || async move { handle.render() }))
+        .route(
+            "/debug/faults/crash-after-commit",
+            post(|| async { arm_crash_after_commit(FaultHooks::global()) }),
+        )
         .with_state(broker);
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
@@ -84,4 +92,30 @@ async fn readyz(State(broker): State<Arc<Broker>>) -> (StatusCode, String) {
         }
     }
     (StatusCode::OK, "ready\n".to_string())
+}
+
+/// Arms the one-shot crash of the next send that commits here; 404 when hooks are off.
+fn arm_crash_after_commit(hooks: &FaultHooks) -> (StatusCode, String) {
+    match hooks.arm_crash_after_commit() {
+        Ok(()) => (
+            StatusCode::OK,
+            "armed: the next send that commits on this node aborts the process before its reply\n"
+                .to_string(),
+        ),
+        Err(disabled) => (StatusCode::NOT_FOUND, format!("{disabled}\n")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crash_hook_is_armed_only_when_enabled() {
+        let (status, body) = arm_crash_after_commit(&FaultHooks::new(false));
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert!(body.contains("TRIBUTARY_FAULT_HOOKS=1"), "{body}");
+        let (status, _) = arm_crash_after_commit(&FaultHooks::new(true));
+        assert_eq!(status, StatusCode::OK);
+    }
 }

@@ -6,6 +6,7 @@ pub mod broker;
 pub mod cluster;
 pub mod config;
 pub mod controller;
+pub mod fault;
 pub mod group;
 pub mod http;
 pub mod identity;

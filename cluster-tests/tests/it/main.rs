@@ -7,5 +7,7 @@ mod cli;
 mod crash;
 mod data_dir;
 mod help;
+mod idempotent;
+mod receive_failover;
 mod replication;
 mod script;

@@ -8,6 +8,7 @@ use tributary_proto::v1::producer_server::Producer;
 use crate::api::convert;
 use crate::api::error::ApiError;
 use crate::broker::{Broker, Target};
+use crate::fault::FaultHooks;
 use crate::partition::codec;
 use tributary_raft::ProducerStamp;
 
@@ -71,6 +72,7 @@ impl Producer for ProducerService {
             .append(&records, producer)
             .await
             .map_err(|e| self.broker.partition_error(e))?;
+        FaultHooks::global().after_commit();
         metrics::histogram!("tributary_send_duration_seconds")
             .record(started.elapsed().as_secs_f64());
         metrics::counter!("tributary_events_in_total").increment(records.len() as u64);
