@@ -116,6 +116,15 @@ impl Broker {
     pub async fn reconcile(&self, state: &ClusterState) -> Result<(), PartitionError> {
         let _guard = self.reconcile.lock().await;
         let me = self.node_id().0;
+        // Replicas run as this incarnation's members: wait until the controller has
+        // registered it.
+        let Some(me_record) = state
+            .nodes
+            .get(&me)
+            .filter(|n| n.data_id == self.runtime.me.data_id)
+        else {
+            return Ok(());
+        };
         let mut wanted: HashSet<GroupId> = HashSet::new();
         for hub in state.hubs.values() {
             for (p, replicas) in hub.replicas.iter().enumerate() {
@@ -132,12 +141,15 @@ impl Broker {
                 {
                     continue;
                 }
-                // The preferred leader initializes a new group with every replica.
-                let members: BTreeMap<NodeId, String> = if replicas[0] == me {
+                // The preferred leader initializes a new group with every replica. A hub
+                // older than this node's data existed before it: its groups are running
+                // elsewhere and bring this replica in as a new member.
+                let new_group = hub.created_version > me_record.incarnation_version;
+                let members: BTreeMap<u64, String> = if replicas[0] == me && new_group {
                     replicas
                         .iter()
                         .filter_map(|r| state.nodes.get(r))
-                        .map(|n| (NodeId(n.id), n.peer_addr.clone()))
+                        .map(|n| (n.member(), n.peer_addr.clone()))
                         .collect()
                 } else {
                     BTreeMap::new()
@@ -145,6 +157,7 @@ impl Broker {
                 let partition = Partition::open(
                     self.runtime.host(),
                     group,
+                    me_record.member(),
                     self.shard_for(group),
                     members,
                     self.clock.clone(),
@@ -177,6 +190,75 @@ impl Broker {
             tracing::info!(%group, "replica removed");
         }
         Ok(())
+    }
+
+    /// Keeps the voters of the partitions this node leads equal to their replicas' current
+    /// members: a replica whose node lost its data is replaced by its new incarnation
+    /// (added as a learner, caught up from the log or a snapshot, then promoted).
+    pub async fn run_membership_reconciler(self: Arc<Self>) {
+        let runtime = self.runtime.clone();
+        tokio::select! {
+            _ = self.reconcile_members_forever() => {}
+            _ = runtime.stopped() => {}
+        }
+    }
+
+    async fn reconcile_members_forever(&self) {
+        let mut view = self.runtime.view();
+        loop {
+            let state = view.borrow_and_update().clone();
+            let busy = self.reconcile_members(&state).await;
+            // Leadership changes are not in the view: look again now and then.
+            let wait = if busy {
+                Duration::from_millis(200)
+            } else {
+                Duration::from_secs(2)
+            };
+            let _ = tokio::time::timeout(wait, view.changed()).await;
+        }
+    }
+
+    /// One pass; returns whether some group is still changing.
+    async fn reconcile_members(&self, state: &ClusterState) -> bool {
+        let hubs: HashMap<_, _> = state.hubs.values().map(|h| (h.id, h)).collect();
+        let mut busy = false;
+        for partition in self.local_partitions() {
+            if !partition.is_leader() {
+                continue;
+            }
+            let Some(hub) = hubs.get(&partition.group.hub) else {
+                continue;
+            };
+            let Some(replicas) = hub.replicas.get(usize::from(partition.group.partition.0)) else {
+                continue;
+            };
+            let Some(desired) = replicas
+                .iter()
+                .map(|r| {
+                    state
+                        .nodes
+                        .get(r)
+                        .map(|n| (n.member(), n.peer_addr.clone()))
+                })
+                .collect::<Option<BTreeMap<u64, String>>>()
+            else {
+                continue;
+            };
+            match tributary_raft::reconcile_voters(partition.raft(), partition.member(), &desired)
+                .await
+            {
+                Ok(tributary_raft::VoterChange::Nothing) => {}
+                Ok(change) => {
+                    tracing::info!(group = %partition.group, ?change, "partition voters changing");
+                    busy = true;
+                }
+                Err(err) => {
+                    tracing::warn!(group = %partition.group, %err, "changing partition voters failed; will retry");
+                    busy = true;
+                }
+            }
+        }
+        busy
     }
 
     pub fn hub(&self, name: &str) -> Result<HubRecord, ApiError> {

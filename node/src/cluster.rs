@@ -21,7 +21,7 @@ use tributary_proto::peer::{
 use tributary_raft::openraft_api::{ClientWriteError, RaftError};
 use tributary_raft::{Connector, GroupHost, Proposal, ProposalResult, Raft, TcpConnector};
 use tributary_storage::{MetaKey, Shard};
-use tributary_types::{GroupId, NodeId};
+use tributary_types::GroupId;
 
 use crate::api::error::ApiError;
 use crate::controller::state::{ClusterState, Command, ErrorKind, NodeRecord, Reply};
@@ -63,11 +63,7 @@ fn to_info(node: &NodeRecord) -> NodeInfo {
 }
 
 fn from_info(info: &NodeInfo) -> NodeRecord {
-    NodeRecord {
-        id: info.id,
-        client_addr: info.client_addr.clone(),
-        peer_addr: info.peer_addr.clone(),
-    }
+    NodeRecord::new(info.id, info.client_addr.clone(), info.peer_addr.clone(), 0)
 }
 
 fn peer_channel(addr: &str) -> Result<Channel, ApiError> {
@@ -128,22 +124,44 @@ impl ClusterRuntime {
         )
     }
 
-    /// Starts this node's controller replica; `initial_voters` initializes a new group.
+    /// This node's record in the cluster state, once the controller has registered this
+    /// incarnation of its data.
+    pub fn my_record(&self) -> Option<NodeRecord> {
+        self.state()
+            .nodes
+            .get(&self.me.id)
+            .filter(|n| n.data_id == self.me.data_id)
+            .cloned()
+    }
+
+    /// Starts this node's controller replica; `initial_voters` (member id → peer address)
+    /// initializes a new group. `member` is this node's member id, or `None` to take it
+    /// from the controller state stored here.
     async fn start_controller(
         self: &Arc<Self>,
-        initial_voters: BTreeMap<NodeId, String>,
+        member: Option<u64>,
+        initial_voters: BTreeMap<u64, String>,
     ) -> anyhow::Result<()> {
         let (sm, view) = ControllerStateMachine::open(self.controller_shard.clone())?;
+        let member = match member {
+            Some(member) => member,
+            None => GroupHost::<GroupStateMachine>::stored_member(
+                &self.controller_shard,
+                GroupId::CONTROLLER,
+            )?
+            .unwrap_or(self.me.id),
+        };
         let raft = self
             .host
             .start(
                 GroupId::CONTROLLER,
+                member,
                 self.controller_shard.clone(),
                 GroupStateMachine::Controller(sm),
                 initial_voters,
             )
             .await?;
-        *self.controller.write().expect("controller lock") = Some(raft);
+        *self.controller.write().expect("controller lock") = Some(raft.clone());
         let this = self.clone();
         tokio::spawn(async move {
             tokio::select! {
@@ -151,7 +169,55 @@ impl ClusterRuntime {
                 _ = this.stopped() => {}
             }
         });
+        let this = self.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = this.reconcile_controller_voters(raft, member) => {}
+                _ = this.stopped() => {}
+            }
+        });
         Ok(())
+    }
+
+    /// On the controller leader: keeps the controller group's voters at the current
+    /// incarnation of each voter node, so a voter that lost its data is replaced by its new
+    /// incarnation once that has caught up.
+    async fn reconcile_controller_voters(&self, raft: Raft<GroupStateMachine>, me: u64) {
+        let mut view = self.view();
+        loop {
+            let state = view.borrow_and_update().clone();
+            let desired: Option<BTreeMap<u64, String>> = state
+                .controller_voters
+                .iter()
+                .map(|v| {
+                    state
+                        .nodes
+                        .get(v)
+                        .map(|n| (n.member(), n.peer_addr.clone()))
+                })
+                .collect();
+            let mut again = false;
+            if let Some(desired) = desired {
+                match tributary_raft::reconcile_voters(&raft, me, &desired).await {
+                    Ok(tributary_raft::VoterChange::Nothing) => {}
+                    Ok(change) => {
+                        tracing::info!(?change, "controller voters changing");
+                        again = true;
+                    }
+                    Err(err) => {
+                        tracing::warn!(%err, "changing controller voters failed; will retry");
+                        again = true;
+                    }
+                }
+            }
+            // Leadership changes are not in the view: look again now and then.
+            let wait = if again {
+                Duration::from_millis(200)
+            } else {
+                Duration::from_secs(2)
+            };
+            let _ = tokio::time::timeout(wait, view.changed()).await;
+        }
     }
 
     async fn follow_local_view(&self, mut view: watch::Receiver<Arc<ClusterState>>) {
@@ -164,6 +230,8 @@ impl ClusterRuntime {
         }
     }
 
+    /// Takes a state from the local controller replica or a remote watch; older states
+    /// than the one held are ignored, so the view never goes back.
     fn publish(&self, state: Arc<ClusterState>) {
         {
             let mut known = self.known.write().expect("known lock");
@@ -172,7 +240,7 @@ impl ClusterRuntime {
             }
         }
         self.view.send_if_modified(|current| {
-            if **current == *state {
+            if **current == *state || state.version < current.version {
                 false
             } else {
                 *current = state;
@@ -184,11 +252,12 @@ impl ClusterRuntime {
     /// Joins or forms the cluster, then keeps the view current. Returns once this node is
     /// registered with the controller.
     pub async fn run(self: &Arc<Self>) -> anyhow::Result<()> {
+        let mut rejoin_controller = false;
         if self.has_controller_state() {
             // A controller voter restarting: its group is already initialized.
-            self.start_controller(BTreeMap::new()).await?;
+            self.start_controller(None, BTreeMap::new()).await?;
         } else {
-            self.discover().await?;
+            rejoin_controller = self.discover().await?;
         }
         if self.controller().is_none() {
             let this = self.clone();
@@ -200,12 +269,30 @@ impl ClusterRuntime {
             });
         }
         self.register().await;
+        if rejoin_controller {
+            // A voter whose data was lost rejoins the controller group as a new member;
+            // the controller leader adds it as a learner and promotes it once caught up.
+            let mut view = self.view();
+            let me = self.me.clone();
+            let record = view
+                .wait_for(|s| s.nodes.get(&me.id).is_some_and(|n| n.data_id == me.data_id))
+                .await?
+                .nodes[&me.id]
+                .clone();
+            tracing::info!(
+                incarnation = record.incarnation,
+                "rejoining the controller group with new data"
+            );
+            self.start_controller(Some(record.member()), BTreeMap::new())
+                .await?;
+        }
         Ok(())
     }
 
     /// Talks to the seeds until the cluster exists (join it) or the expected number of
-    /// nodes see each other (form it).
-    async fn discover(self: &Arc<Self>) -> anyhow::Result<()> {
+    /// nodes see each other (form it). Returns whether this node is a controller voter that
+    /// lost its data and must rejoin the controller group.
+    async fn discover(self: &Arc<Self>) -> anyhow::Result<bool> {
         let mut logged = false;
         loop {
             let mut voters_seen: Option<Vec<u64>> = None;
@@ -224,14 +311,10 @@ impl ClusterRuntime {
             }
             if let Some(voters) = voters_seen {
                 tracing::info!(?voters, "joining a running cluster");
-                if voters.contains(&self.me.id) {
-                    // A voter whose data was lost: it rejoins through the leader.
-                    self.start_controller(BTreeMap::new()).await?;
-                }
-                return Ok(());
+                return Ok(voters.contains(&self.me.id));
             }
             if self.controller().is_some() {
-                return Ok(());
+                return Ok(false);
             }
             let known: Vec<NodeRecord> = self
                 .known
@@ -244,17 +327,21 @@ impl ClusterRuntime {
                 let voters: Vec<&NodeRecord> =
                     known.iter().take(self.config.controller_voters).collect();
                 if voters.iter().any(|v| v.id == self.me.id) {
-                    let members: BTreeMap<NodeId, String> = voters
+                    // Every node of a new cluster is in its first incarnation.
+                    let members: BTreeMap<u64, String> = voters
                         .iter()
-                        .map(|v| (NodeId(v.id), v.peer_addr.clone()))
+                        .map(|v| (tributary_raft::member_id(v.id, 0), v.peer_addr.clone()))
                         .collect();
                     let first = voters[0].id == self.me.id;
                     tracing::info!(voters = ?members.keys().collect::<Vec<_>>(), initializing = first, "forming the controller group");
-                    self.start_controller(if first {
-                        members.clone()
-                    } else {
-                        BTreeMap::new()
-                    })
+                    self.start_controller(
+                        Some(tributary_raft::member_id(self.me.id, 0)),
+                        if first {
+                            members.clone()
+                        } else {
+                            BTreeMap::new()
+                        },
+                    )
                     .await?;
                     if first {
                         let cluster_id = self
@@ -262,11 +349,11 @@ impl ClusterRuntime {
                             .cluster_id
                             .clone()
                             .unwrap_or_else(|| format!("{:016x}", rand::random::<u64>()));
-                        let voters = members.keys().map(|n| n.0).collect();
+                        let voters = voters.iter().map(|v| v.id).collect();
                         self.propose_with_retry(Command::Bootstrap { cluster_id, voters })
                             .await;
                     }
-                    return Ok(());
+                    return Ok(false);
                 }
                 // Not a voter: wait until the voters have formed the controller.
             } else if !logged {

@@ -60,6 +60,16 @@ pub struct ServeArgs {
     /// [default: 1024]
     #[arg(long)]
     pub partitions_per_hub_max: Option<u16>,
+    /// Entries after which each partition records a snapshot point (cheap: the log is the
+    /// data). [env: TRIBUTARY_RAFT_SNAPSHOT_ENTRIES] [default: 10000]
+    #[arg(long)]
+    pub raft_snapshot_entries: Option<u64>,
+    /// Entries before the latest snapshot point that leaders still send as log to a
+    /// replica catching up; a replica further behind, or one whose data was lost, is
+    /// rebuilt from a snapshot instead. [env: TRIBUTARY_RAFT_LOG_KEEP_ENTRIES]
+    /// [default: 1000000]
+    #[arg(long)]
+    pub raft_log_keep_entries: Option<u64>,
     /// Log as JSON lines instead of human-readable text. [env: TRIBUTARY_LOG_JSON]
     #[arg(long)]
     pub log_json: bool,
@@ -83,6 +93,8 @@ struct FileConfig {
     storage_shards: Option<usize>,
     publish_bytes_max: Option<usize>,
     partitions_per_hub_max: Option<u16>,
+    raft_snapshot_entries: Option<u64>,
+    raft_log_keep_entries: Option<u64>,
     log_json: Option<bool>,
 }
 
@@ -101,6 +113,7 @@ pub struct NodeConfig {
     pub storage_shards: usize,
     pub publish_bytes_max: usize,
     pub partitions_per_hub_max: u16,
+    pub raft: tributary_raft::RaftSettings,
     pub log_json: bool,
 }
 
@@ -120,6 +133,7 @@ impl NodeConfig {
             storage_shards: 1,
             publish_bytes_max: PUBLISH_BYTES_MAX_DEFAULT,
             partitions_per_hub_max: PARTITIONS_PER_HUB_MAX_DEFAULT,
+            raft: tributary_raft::RaftSettings::default(),
             log_json: false,
         }
     }
@@ -217,6 +231,18 @@ impl ServeArgs {
                 .or(env("TRIBUTARY_PARTITIONS_PER_HUB_MAX")?)
                 .or(file.partitions_per_hub_max)
                 .unwrap_or(PARTITIONS_PER_HUB_MAX_DEFAULT),
+            raft: tributary_raft::RaftSettings {
+                snapshot_entries: self
+                    .raft_snapshot_entries
+                    .or(env("TRIBUTARY_RAFT_SNAPSHOT_ENTRIES")?)
+                    .or(file.raft_snapshot_entries)
+                    .unwrap_or(tributary_raft::RaftSettings::default().snapshot_entries),
+                log_keep_entries: self
+                    .raft_log_keep_entries
+                    .or(env("TRIBUTARY_RAFT_LOG_KEEP_ENTRIES")?)
+                    .or(file.raft_log_keep_entries)
+                    .unwrap_or(tributary_raft::RaftSettings::default().log_keep_entries),
+            },
             log_json: self.log_json
                 || env::<bool>("TRIBUTARY_LOG_JSON")?.unwrap_or(false)
                 || file.log_json.unwrap_or(false),
@@ -230,8 +256,14 @@ impl ServeArgs {
         if config.controller_voters != 3 && config.controller_voters != 5 {
             bail!("--controller-voters must be 3 or 5");
         }
-        if config.node_id == 0 {
-            bail!("--node-id must be at least 1");
+        if config.node_id == 0 || config.node_id > tributary_raft::NODE_ID_MAX {
+            bail!(
+                "--node-id must be between 1 and {}",
+                tributary_raft::NODE_ID_MAX
+            );
+        }
+        if config.raft.snapshot_entries == 0 {
+            bail!("--raft-snapshot-entries must be at least 1");
         }
         if config.publish_bytes_max < 1024 || config.publish_bytes_max > 64 * 1024 * 1024 {
             bail!("--publish-bytes-max must be between 1024 and 67108864");

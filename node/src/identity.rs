@@ -14,6 +14,10 @@ pub struct Identity {
     pub cluster_id: Option<String>,
     pub node_id: u64,
     pub format_version: u32,
+    /// Random, made when the directory is first used: tells the cluster whether a node
+    /// came back with its data or with an empty directory.
+    #[serde(default)]
+    pub data_id: u64,
 }
 
 const FORMAT_VERSION: u32 = 1;
@@ -66,15 +70,25 @@ pub fn load_or_create(
                 FORMAT_VERSION
             );
         }
+        let mut identity = identity;
+        if identity.data_id == 0 {
+            identity.data_id = new_data_id();
+            write(data_dir, &identity)?;
+        }
         return Ok(identity);
     }
     let identity = Identity {
         cluster_id: cluster_id.map(str::to_string),
         node_id,
         format_version: FORMAT_VERSION,
+        data_id: new_data_id(),
     };
     write(data_dir, &identity)?;
     Ok(identity)
+}
+
+fn new_data_id() -> u64 {
+    rand::random::<u64>().max(1)
 }
 
 fn write(data_dir: &Path, identity: &Identity) -> anyhow::Result<()> {

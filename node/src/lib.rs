@@ -93,13 +93,18 @@ impl Node {
         let peer_addr = peer_listener.local_addr()?;
 
         let node_id = NodeId(identity.node_id);
-        let host = GroupHost::new(node_id, PeerRouter::new(node_id.0, TcpConnector));
+        let host = GroupHost::with_settings(
+            node_id,
+            PeerRouter::new(node_id.0, TcpConnector),
+            config.raft,
+        );
         let runtime = ClusterRuntime::new(
-            NodeRecord {
-                id: node_id.0,
-                client_addr: client_addr.to_string(),
-                peer_addr: peer_addr.to_string(),
-            },
+            NodeRecord::new(
+                node_id.0,
+                client_addr.to_string(),
+                peer_addr.to_string(),
+                identity.data_id,
+            ),
             MembershipConfig {
                 seeds: config.seeds.clone(),
                 bootstrap_expect: config.bootstrap_expect,
@@ -145,6 +150,7 @@ impl Node {
         };
         identity::record_cluster(&config.data_dir, &mut identity, &cluster_id)?;
         tokio::spawn(broker.clone().run_reconciler());
+        tokio::spawn(broker.clone().run_membership_reconciler());
 
         let request_bytes_max = config.publish_bytes_max * 2 + REQUEST_OVERHEAD_BYTES;
         let server = tonic::transport::Server::builder()

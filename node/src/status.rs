@@ -11,7 +11,7 @@ use tributary_proto::peer::node_status_client::NodeStatusClient;
 use tributary_proto::peer::node_status_server::NodeStatus;
 use tributary_proto::peer::{GroupStatus, LocalStatusReply, LocalStatusRequest};
 use tributary_proto::v1 as pb;
-use tributary_raft::{Connector, GroupHost, TcpConnector};
+use tributary_raft::{Connector, GroupHost, TcpConnector, member_node};
 use tributary_types::{GroupId, PartitionId};
 
 use crate::cluster::ClusterRuntime;
@@ -33,7 +33,7 @@ pub fn local_status(host: &GroupHost<GroupStateMachine>) -> LocalStatusReply {
             let index = |id: Option<u64>| id.map_or(-1, |i| i as i64);
             GroupStatus {
                 group: group.to_u64(),
-                leader: m.current_leader.unwrap_or(0),
+                leader: m.current_leader.map_or(0, |l| member_node(l).0),
                 term: m.current_term,
                 last_applied_index: index(m.last_applied.map(|l| l.index)),
                 last_log_index: index(m.last_log_index),
@@ -139,10 +139,12 @@ pub async fn cluster_status(runtime: &ClusterRuntime) -> pb::ClusterStatus {
                     let own = group_on(node, group);
                     let caught_up = match leader_view {
                         Some(_) if node == leader => true,
-                        Some(view) => view
-                            .matched_index
-                            .get(&node)
-                            .is_some_and(|m| *m >= 0 && *m >= view.last_log_index),
+                        // Matched indexes are by member: this node's current incarnation.
+                        Some(view) => state.nodes.get(&node).is_some_and(|record| {
+                            view.matched_index
+                                .get(&record.member())
+                                .is_some_and(|m| *m >= 0 && *m >= view.last_log_index)
+                        }),
                         None => false,
                     };
                     pb::ReplicaStatus {

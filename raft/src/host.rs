@@ -7,12 +7,12 @@ use std::sync::{Arc, RwLock};
 
 use openraft::BasicNode;
 use openraft::storage::RaftStateMachine;
-use tributary_storage::Shard;
+use tributary_storage::{Durability, MetaKey, Mutation, Shard};
 use tributary_types::{GroupId, NodeId};
 
 use crate::log_store::LogStore;
 use crate::network::{NetworkFactory, PeerRouter};
-use crate::types::{Raft, SnapshotData, TypeConfig, group_config};
+use crate::types::{Raft, RaftSettings, SnapshotData, TypeConfig, group_config_with};
 
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
@@ -29,7 +29,9 @@ where
 {
     node_id: NodeId,
     router: PeerRouter,
-    groups: RwLock<HashMap<GroupId, Raft<SM>>>,
+    config: Arc<openraft::Config>,
+    /// Each running group's Raft handle and this node's member id in it.
+    groups: RwLock<HashMap<GroupId, (u64, Raft<SM>)>>,
 }
 
 impl<SM> GroupHost<SM>
@@ -37,9 +39,15 @@ where
     SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
 {
     pub fn new(node_id: NodeId, router: PeerRouter) -> Arc<Self> {
+        Self::with_settings(node_id, router, RaftSettings::default())
+    }
+
+    /// A host whose groups use `settings` for snapshots and log retention.
+    pub fn with_settings(node_id: NodeId, router: PeerRouter, settings: RaftSettings) -> Arc<Self> {
         Arc::new(Self {
             node_id,
             router,
+            config: group_config_with("tributary", &settings),
             groups: RwLock::new(HashMap::new()),
         })
     }
@@ -48,25 +56,49 @@ where
         self.node_id
     }
 
-    /// Starts a group whose log lives in `shard`. A group that has never run is initialized
-    /// with `initial_members` as its voters; with no members given it waits to be contacted
-    /// by a leader that has it in its membership.
+    /// Starts a group whose log lives in `shard`, as member `member` (see
+    /// [`crate::member_id`]). A group that has never run is initialized with
+    /// `initial_members` (member id → peer address) as its voters; with no members given it
+    /// waits to be contacted by a leader that has it in its membership.
     pub async fn start(
         &self,
         group: GroupId,
+        member: u64,
         shard: Shard,
         state_machine: SM,
-        initial_members: BTreeMap<NodeId, String>,
+        initial_members: BTreeMap<u64, String>,
     ) -> Result<Raft<SM>, HostError> {
         let start_error = |message: String| HostError::Start { group, message };
         if self.get(group).is_some() {
             return Err(HostError::AlreadyRunning(group));
         }
+        let stored = Self::stored_member(&shard, group).map_err(|e| start_error(e.to_string()))?;
+        if stored != Some(member) {
+            if let Some(stored) = stored {
+                return Err(start_error(format!(
+                    "its stored state belongs to {}, not {}",
+                    crate::describe_member(stored),
+                    crate::describe_member(member)
+                )));
+            }
+            shard
+                .write(
+                    vec![Mutation::PutMeta {
+                        group,
+                        key: MetaKey::Member,
+                        value: crate::encode(&member).map_err(|e| start_error(e.to_string()))?,
+                    }],
+                    Durability::Immediate,
+                )
+                .await
+                .map_err(|e| start_error(e.to_string()))?;
+        }
         let log_store = LogStore::new(group, shard).map_err(|e| start_error(e.to_string()))?;
         let network = NetworkFactory::new(self.router.clone(), group);
+        debug_assert_eq!(crate::member_node(member), self.node_id);
         let raft = Raft::new(
-            self.node_id.0,
-            group_config("tributary"),
+            member,
+            self.config.clone(),
             network,
             log_store,
             state_machine,
@@ -81,7 +113,7 @@ where
         {
             let members: BTreeMap<u64, BasicNode> = initial_members
                 .into_iter()
-                .map(|(id, addr)| (id.0, BasicNode::new(addr)))
+                .map(|(id, addr)| (id, BasicNode::new(addr)))
                 .collect();
             raft.initialize(members)
                 .await
@@ -91,11 +123,24 @@ where
         if groups.contains_key(&group) {
             return Err(HostError::AlreadyRunning(group));
         }
-        groups.insert(group, raft.clone());
+        groups.insert(group, (member, raft.clone()));
         Ok(raft)
     }
 
+    /// The member id a group's replica stored in `shard` last ran as.
+    pub fn stored_member(shard: &Shard, group: GroupId) -> std::io::Result<Option<u64>> {
+        match shard.meta(group, MetaKey::Member)? {
+            Some(bytes) => Ok(Some(crate::decode(&bytes)?)),
+            None => Ok(None),
+        }
+    }
+
     pub fn get(&self, group: GroupId) -> Option<Raft<SM>> {
+        self.get_member(group).map(|(_, raft)| raft)
+    }
+
+    /// A running group and this node's member id in it.
+    pub fn get_member(&self, group: GroupId) -> Option<(u64, Raft<SM>)> {
         self.groups
             .read()
             .expect("groups lock")
@@ -115,7 +160,7 @@ where
     /// Stops a group; its stored state stays until the caller deletes it.
     pub async fn stop(&self, group: GroupId) {
         let raft = self.groups.write().expect("groups lock").remove(&group);
-        if let Some(raft) = raft
+        if let Some((_, raft)) = raft
             && let Err(err) = raft.shutdown().await
         {
             tracing::warn!(%group, %err, "raft group did not shut down cleanly");

@@ -4,17 +4,22 @@
 
 mod host;
 mod log_store;
+mod member;
+mod membership;
 mod network;
 mod peer_service;
 mod types;
 
 pub use host::{GroupHost, HostError};
 pub use log_store::{LogStore, decode, decode_entry, encode, encode_entry};
+pub use member::{NODE_ID_MAX, describe_member, member_id, member_incarnation, member_node};
+pub use membership::{PROMOTE_LAG_MAX, VoterChange, reconcile_voters};
 pub use network::{Connector, NetworkFactory, PEER_MESSAGE_BYTES_MAX, PeerRouter, TcpConnector};
 pub use peer_service::PeerService;
 pub use types::{
     AppendBatch, AppendOutcome, Entry, LogId, ProducerStamp, Proposal, ProposalResult, Raft,
-    Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig, group_config,
+    RaftSettings, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig, group_config,
+    group_config_with,
 };
 
 /// Re-exports of openraft items the node needs, so it names them through this crate.

@@ -88,8 +88,10 @@ impl PeerRouter {
         }
     }
 
-    /// Records (or updates) a node's peer address.
+    /// Records (or updates) a node's peer address. `node` may be a member id: addresses
+    /// belong to the node it lives on.
     pub fn set_address(&self, node: u64, addr: &str) {
+        let node = crate::member_node(node).0;
         let mut addresses = self.inner.addresses.write().expect("addresses lock");
         if addresses.get(&node).map(String::as_str) != Some(addr) {
             addresses.insert(node, addr.to_string());
@@ -97,6 +99,7 @@ impl PeerRouter {
     }
 
     fn channel(&self, target: u64) -> Result<Channel, Unreachable<TypeConfig>> {
+        let target = crate::member_node(target).0;
         let addr = self
             .inner
             .addresses
@@ -138,6 +141,7 @@ impl PeerRouter {
             kind: kind as i32,
             payload,
             from_node: self.inner.node_id,
+            to_member: target,
         };
         let mut client = RaftPeerClient::new(self.channel(target)?)
             .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
@@ -147,14 +151,24 @@ impl PeerRouter {
         let reply = client
             .call(request)
             .await
-            .map_err(|status| unreachable(format!("node {target}: {}", status.message())))?
+            .map_err(|status| {
+                unreachable(format!(
+                    "{}: {}",
+                    crate::describe_member(target),
+                    status.message()
+                ))
+            })?
             .into_inner();
         match reply.result {
             Some(group_reply::Result::Payload(bytes)) => decode(&bytes).map_err(unreachable),
-            Some(group_reply::Result::Error(message)) => {
-                Err(unreachable(format!("node {target}: {message}")))
-            }
-            None => Err(unreachable(format!("node {target} sent an empty reply"))),
+            Some(group_reply::Result::Error(message)) => Err(unreachable(format!(
+                "{}: {message}",
+                crate::describe_member(target)
+            ))),
+            None => Err(unreachable(format!(
+                "{} sent an empty reply",
+                crate::describe_member(target)
+            ))),
         }
     }
 }

@@ -43,8 +43,16 @@ where
     }
 
     async fn handle(&self, message: GroupMessage) -> GroupReply {
-        let result = match self.host.get(GroupId::from_u64(message.group)) {
-            Some(raft) => dispatch(&raft, message).await,
+        let result = match self.host.get_member(GroupId::from_u64(message.group)) {
+            Some((member, _)) if message.to_member != 0 && message.to_member != member => {
+                Err(format!(
+                    "group {} on this node is {}, not {}: the data of that member is gone",
+                    GroupId::from_u64(message.group),
+                    crate::describe_member(member),
+                    crate::describe_member(message.to_member)
+                ))
+            }
+            Some((_, raft)) => dispatch(&raft, message).await,
             None => Err(format!(
                 "group {} is not hosted on node {}",
                 GroupId::from_u64(message.group),

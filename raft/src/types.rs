@@ -102,9 +102,36 @@ pub type Raft<SM> = openraft::Raft<TypeConfig, SM>;
 ///   from disrupting the group when it comes back.
 /// - Bounded per-group channels (1,024 requests): a node with many groups must not reserve
 ///   openraft's default 65,536-entry queues for each.
-/// - The log is the partition's data, so openraft never builds snapshots or purges on its
-///   own: retention drives both.
+/// - Snapshots only record a point in the log (the log is the partition's data, so building
+///   one copies nothing); see [`RaftSettings`] for how often, and how much log stays
+///   readable for replicas catching up.
 pub fn group_config(cluster_name: &str) -> Arc<openraft::Config> {
+    group_config_with(cluster_name, &RaftSettings::default())
+}
+
+/// Snapshot and log settings of every group on a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RaftSettings {
+    /// A snapshot point is recorded after this many entries.
+    pub snapshot_entries: u64,
+    /// Entries before the latest snapshot point that stay readable for replicas catching
+    /// up; a replica further behind (or one that lost its data) is rebuilt from a snapshot,
+    /// which carries the whole retained log. Entries are never deleted by this (the log is
+    /// the data; retention deletes it).
+    pub log_keep_entries: u64,
+}
+
+impl Default for RaftSettings {
+    fn default() -> Self {
+        Self {
+            snapshot_entries: 10_000,
+            log_keep_entries: 1_000_000,
+        }
+    }
+}
+
+/// [`group_config`] with explicit snapshot and log settings.
+pub fn group_config_with(cluster_name: &str, settings: &RaftSettings) -> Arc<openraft::Config> {
     let config = openraft::Config {
         cluster_name: cluster_name.to_string(),
         heartbeat_interval: 250,
@@ -115,8 +142,8 @@ pub fn group_config(cluster_name: &str) -> Arc<openraft::Config> {
         api_channel_size: Some(1024),
         notification_channel_size: Some(1024),
         state_machine_channel_size: Some(256),
-        snapshot_policy: openraft::SnapshotPolicy::Never,
-        max_in_snapshot_log_to_keep: u64::MAX,
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(settings.snapshot_entries.max(1)),
+        max_in_snapshot_log_to_keep: settings.log_keep_entries,
         max_payload_entries: 1024,
         enable_tick: true,
         ..Default::default()

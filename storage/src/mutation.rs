@@ -22,6 +22,8 @@ pub enum MetaKey {
     Applied = 4,
     /// The latest snapshot's metadata and payload.
     Snapshot = 5,
+    /// The Raft member id this replica runs as (node and data incarnation).
+    Member = 6,
 }
 
 /// One row of a partition's sparse index: one row per Raft entry (a batch of events), never

@@ -19,6 +19,34 @@ pub struct NodeRecord {
     pub id: u64,
     pub client_addr: String,
     pub peer_addr: String,
+    /// Random id of the node's data directory, made when the directory was first used.
+    pub data_id: u64,
+    /// Bumped whenever the node comes back with a different data directory (its data was
+    /// lost): its replicas then rejoin their groups as new Raft members
+    /// (`tributary_raft::member_id`).
+    pub incarnation: u32,
+    /// The state version at which the current incarnation registered. Groups created
+    /// after it never held data on this node in an earlier incarnation.
+    pub incarnation_version: u64,
+}
+
+impl NodeRecord {
+    /// A node as it introduces itself; the controller assigns the incarnation.
+    pub fn new(id: u64, client_addr: String, peer_addr: String, data_id: u64) -> Self {
+        Self {
+            id,
+            client_addr,
+            peer_addr,
+            data_id,
+            incarnation: 0,
+            incarnation_version: 0,
+        }
+    }
+
+    /// This node's Raft member id in the groups it holds.
+    pub fn member(&self) -> u64 {
+        tributary_raft::member_id(self.id, self.incarnation)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -33,6 +61,8 @@ pub struct HubRecord {
     pub consumer_groups: BTreeMap<String, i64>,
     /// Per partition, the nodes holding a replica; the first is the preferred leader.
     pub replicas: Vec<Vec<u64>>,
+    /// The state version that created the hub.
+    pub created_version: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -45,6 +75,8 @@ pub struct ClusterState {
     pub hubs: BTreeMap<String, HubRecord>,
     /// Hub ids are never reused, so a re-created hub never meets an old hub's state.
     pub next_hub_id: u32,
+    /// Counts applied commands; a newer state has a larger version.
+    pub version: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -118,6 +150,7 @@ pub fn hub_not_found(name: &str) -> CommandError {
 
 impl ClusterState {
     pub fn apply(&mut self, command: Command) -> Result<Reply, CommandError> {
+        self.version += 1;
         match command {
             Command::Bootstrap { cluster_id, voters } => {
                 if self.cluster_id.is_empty() {
@@ -126,7 +159,31 @@ impl ClusterState {
                 }
                 Ok(Reply::Done)
             }
-            Command::RegisterNode(node) => {
+            Command::RegisterNode(mut node) => {
+                match self.nodes.get(&node.id) {
+                    Some(known) if known.data_id == node.data_id => {
+                        node.incarnation = known.incarnation;
+                        node.incarnation_version = known.incarnation_version;
+                    }
+                    Some(known) => {
+                        // The node lost its data: its replicas come back as new members.
+                        node.incarnation = known.incarnation + 1;
+                        node.incarnation_version = self.version;
+                    }
+                    None => {
+                        node.incarnation = 0;
+                        node.incarnation_version = self.version;
+                    }
+                }
+                if node.incarnation > u32::from(u16::MAX) {
+                    return Err(err(
+                        ErrorKind::QuotaExceeded,
+                        format!(
+                            "node {} has re-joined with new data too many times; give it a new --node-id",
+                            node.id
+                        ),
+                    ));
+                }
                 self.nodes.insert(node.id, node);
                 Ok(Reply::Done)
             }
@@ -262,6 +319,7 @@ impl ClusterState {
             replication_factor,
             consumer_groups: BTreeMap::from([(DEFAULT_CONSUMER_GROUP.to_string(), now_ms)]),
             replicas,
+            created_version: self.version,
         };
         self.hubs.insert(name, record.clone());
         Ok(Reply::Hub(record))
@@ -296,11 +354,12 @@ mod tests {
         let mut state = ClusterState::default();
         for id in 1..=nodes {
             state
-                .apply(Command::RegisterNode(NodeRecord {
+                .apply(Command::RegisterNode(NodeRecord::new(
                     id,
-                    client_addr: format!("c{id}"),
-                    peer_addr: format!("p{id}"),
-                }))
+                    format!("c{id}"),
+                    format!("p{id}"),
+                    100 + id,
+                )))
                 .unwrap();
         }
         state
@@ -367,6 +426,54 @@ mod tests {
             create(&mut four, "z", 1, Some(0)).unwrap_err().kind,
             ErrorKind::InvalidArgument
         );
+    }
+
+    #[test]
+    fn a_node_with_new_data_gets_a_new_incarnation() {
+        let mut state = cluster(3);
+        let before = state.nodes[&2].clone();
+        assert_eq!(before.incarnation, 0);
+        // A restart with the same data keeps the incarnation (and so its Raft members).
+        state
+            .apply(Command::RegisterNode(NodeRecord::new(
+                2,
+                "c2".into(),
+                "p2".into(),
+                102,
+            )))
+            .unwrap();
+        assert_eq!(state.nodes[&2], before);
+        create(&mut state, "old", 1, None).unwrap();
+        // Its data directory was wiped: a new data id.
+        state
+            .apply(Command::RegisterNode(NodeRecord::new(
+                2,
+                "c2".into(),
+                "p2".into(),
+                999,
+            )))
+            .unwrap();
+        let after = state.nodes[&2].clone();
+        assert_eq!(after.incarnation, 1);
+        assert_ne!(after.member(), before.member());
+        assert_eq!(tributary_raft::member_node(after.member()).0, 2);
+        // Hubs created before the wipe are older than the incarnation, later ones newer.
+        assert!(state.hubs["old"].created_version < after.incarnation_version);
+        let Reply::Hub(new) = create(&mut state, "new", 1, None).unwrap() else {
+            panic!()
+        };
+        assert!(new.created_version > after.incarnation_version);
+        // Retried registration of the same data is idempotent.
+        let again = state.nodes[&2].clone();
+        state
+            .apply(Command::RegisterNode(NodeRecord::new(
+                2,
+                "c2".into(),
+                "p2".into(),
+                999,
+            )))
+            .unwrap();
+        assert_eq!(state.nodes[&2], again);
     }
 
     #[test]

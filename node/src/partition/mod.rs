@@ -15,6 +15,7 @@ use tributary_raft::openraft_api::{
 };
 use tributary_raft::{
     AppendBatch, GroupHost, ProducerStamp, Proposal, ProposalResult, Raft, decode_entry,
+    member_node,
 };
 use tributary_storage::Shard;
 use tributary_types::{Clock, GroupId, MonotonicStamp, NodeId};
@@ -70,6 +71,8 @@ pub struct ReadEvent {
 pub struct Partition {
     pub group: GroupId,
     node_id: NodeId,
+    /// This replica's Raft member id (node and data incarnation).
+    member: u64,
     raft: Raft<GroupStateMachine>,
     progress: watch::Receiver<Progress>,
     shard: Shard,
@@ -95,14 +98,15 @@ fn storage(err: impl std::fmt::Display) -> PartitionError {
 }
 
 impl Partition {
-    /// Starts the partition's Raft group on `host`. `initial_members` (node → peer address)
-    /// initializes a group that has never run; other replicas start empty and are brought in
-    /// by the leader.
+    /// Starts the partition's Raft group on `host` as member `member`. `initial_members`
+    /// (member id → peer address) initializes a group that has never run; other replicas
+    /// start empty and are brought in by the leader.
     pub async fn open(
         host: &GroupHost<GroupStateMachine>,
         group: GroupId,
+        member: u64,
         shard: Shard,
-        initial_members: BTreeMap<NodeId, String>,
+        initial_members: BTreeMap<u64, String>,
         clock: Arc<dyn Clock>,
     ) -> Result<Partition, PartitionError> {
         let (state_machine, progress) =
@@ -111,6 +115,7 @@ impl Partition {
         let raft = host
             .start(
                 group,
+                member,
                 shard.clone(),
                 GroupStateMachine::Partition(state_machine),
                 initial_members,
@@ -121,6 +126,7 @@ impl Partition {
         Ok(Partition {
             group,
             node_id,
+            member,
             raft,
             progress,
             shard,
@@ -139,7 +145,17 @@ impl Partition {
             .metrics()
             .borrow_watched()
             .current_leader
-            .map(NodeId)
+            .map(member_node)
+    }
+
+    /// This replica's Raft member id.
+    pub fn member(&self) -> u64 {
+        self.member
+    }
+
+    /// The Raft handle, for membership changes.
+    pub fn raft(&self) -> &Raft<GroupStateMachine> {
+        &self.raft
     }
 
     /// Makes sure this replica leads and has applied every entry committed before its
@@ -150,10 +166,10 @@ impl Partition {
             use openraft::type_config::async_runtime::WatchReceiver;
             let metrics = self.raft.metrics();
             let metrics = metrics.borrow_watched();
-            if metrics.current_leader != Some(self.node_id.0) {
+            if metrics.current_leader != Some(self.member) {
                 return Err(match metrics.current_leader {
                     Some(leader) => PartitionError::NotLeader {
-                        leader: Some(NodeId(leader)),
+                        leader: Some(member_node(leader)),
                     },
                     None => PartitionError::NoLeader,
                 });
@@ -175,7 +191,7 @@ impl Partition {
             }
             Ok(Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(forward)))) => {
                 Err(PartitionError::NotLeader {
-                    leader: forward.leader_id.map(NodeId),
+                    leader: forward.leader_id.map(member_node),
                 })
             }
             Ok(Err(_)) | Err(_) => Err(PartitionError::NoLeader),
@@ -241,7 +257,7 @@ impl Partition {
         let response = response.map_err(|err| match err {
             RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => {
                 PartitionError::NotLeader {
-                    leader: forward.leader_id.map(NodeId),
+                    leader: forward.leader_id.map(member_node),
                 }
             }
             RaftError::APIError(other) => storage(other),
@@ -275,9 +291,9 @@ impl Partition {
             .await
             .map_err(|_| PartitionError::NoLeader)?;
         match metrics.current_leader {
-            Some(leader) if leader == self.node_id.0 => Ok(()),
+            Some(leader) if leader == self.member => Ok(()),
             leader => Err(PartitionError::NotLeader {
-                leader: leader.map(NodeId),
+                leader: leader.map(member_node),
             }),
         }
     }

@@ -84,12 +84,14 @@ impl Progress {
     }
 }
 
-/// Snapshot payload: the applied state plus the retained log and its index, so a replica
-/// with nothing can be rebuilt.
+/// Snapshot payload: the retained log through the snapshot point and the state before its
+/// first entry. The receiver stores the entries and replays them, so it computes exactly
+/// the numbering, index and producer state the sender had at that point.
 #[derive(Debug, Serialize, Deserialize)]
 struct SnapshotPayload {
-    state: AppliedState,
-    index: Vec<(i64, u64, i64, i64, u32)>,
+    /// Progress and producers before the first retained entry (empty while no entry has
+    /// been removed by retention).
+    base: AppliedState,
     log: Vec<(u64, bytes::Bytes)>,
 }
 
@@ -118,14 +120,18 @@ impl PartitionStateMachine {
             rx,
         ))
     }
+}
 
+impl AppliedState {
+    /// Applies an append entry: assigns sequence numbers and offsets, or recognizes an
+    /// idempotent producer's retry or gap. Returns the index row to store, if any.
     fn apply_append(
         &mut self,
         log_index: u64,
         batch: &tributary_raft::AppendBatch,
     ) -> io::Result<(ProposalResult, Option<IndexRow>)> {
         if let Some(stamp) = batch.producer
-            && let Some(known) = self.state.producers.get(&stamp.producer_id)
+            && let Some(known) = self.producers.get(&stamp.producer_id)
         {
             if stamp.sequence == known.last_sequence {
                 return Ok((ProposalResult::Duplicate(known.last_outcome), None));
@@ -154,7 +160,7 @@ impl PartitionStateMachine {
         count: i64,
         log_index: u64,
     ) {
-        let producers = &mut self.state.producers;
+        let producers = &mut self.producers;
         producers.insert(
             stamp.producer_id,
             ProducerState {
@@ -179,7 +185,7 @@ impl PartitionStateMachine {
         log_index: u64,
         batch: &tributary_raft::AppendBatch,
     ) -> io::Result<(ProposalResult, Option<IndexRow>)> {
-        let p = &mut self.state.progress;
+        let p = &mut self.progress;
         let time_ms = batch.enqueued_time_ms.max(p.last_time_ms);
         let positions = codec::frame_positions(&batch.events).map_err(invalid)?;
         let Some(&last_position) = positions.last() else {
@@ -228,7 +234,7 @@ impl RaftStateMachine<TypeConfig> for PartitionStateMachine {
             let result = match &entry.payload {
                 EntryPayload::Blank => ProposalResult::None,
                 EntryPayload::Normal(Proposal::Append(batch)) => {
-                    let (result, row) = self.apply_append(entry.log_id.index, batch)?;
+                    let (result, row) = self.state.apply_append(entry.log_id.index, batch)?;
                     if let Some(row) = row {
                         mutations.push(Mutation::PutIndex {
                             group: self.group,
@@ -289,28 +295,28 @@ impl RaftStateMachine<TypeConfig> for PartitionStateMachine {
                 through: last_index,
             },
         ];
-        for (index, entry) in payload.log {
+        let mut state = payload.base;
+        for (index, bytes) in payload.log {
+            if index > last_index {
+                return Err(invalid(format!(
+                    "snapshot through index {last_index} carries entry {index}"
+                )));
+            }
+            if let EntryPayload::Normal(Proposal::Append(batch)) = decode_entry(&bytes)?.payload {
+                let (_, row) = state.apply_append(index, &batch)?;
+                if let Some(row) = row {
+                    mutations.push(Mutation::PutIndex {
+                        group: self.group,
+                        row,
+                    });
+                }
+            }
             mutations.push(Mutation::PutLog {
                 group: self.group,
                 index,
-                entry,
+                entry: bytes,
             });
         }
-        for (first_sequence, log_index, first_offset, enqueued_time_ms, event_count) in
-            payload.index
-        {
-            mutations.push(Mutation::PutIndex {
-                group: self.group,
-                row: IndexRow {
-                    first_sequence,
-                    log_index,
-                    first_offset,
-                    enqueued_time_ms,
-                    event_count,
-                },
-            });
-        }
-        let mut state = payload.state;
         state.last_applied = meta.last_log_id;
         state.membership = meta.last_membership.clone();
         mutations.push(Mutation::PutMeta {
@@ -334,9 +340,9 @@ impl RaftStateMachine<TypeConfig> for PartitionStateMachine {
             return Ok(None);
         };
         let meta: SnapshotMetaT = postcard::from_bytes(&bytes).map_err(invalid)?;
-        // The log is the data: rebuild the payload of the recorded snapshot from storage.
-        let state = self.state.clone();
-        let payload = snapshot_payload(self.group, &self.shard, &meta, state)?;
+        // The log is the data: the payload of the recorded snapshot is read from storage
+        // when it is needed (to send it to a replica), not kept.
+        let payload = snapshot_payload(self.group, &self.shard, &meta)?;
         Ok(Some(SnapshotT {
             meta,
             snapshot: SnapshotData::new(payload),
@@ -351,54 +357,17 @@ pub struct SnapshotBuilder {
     state: AppliedState,
 }
 
-fn snapshot_payload(
-    group: GroupId,
-    shard: &Shard,
-    meta: &SnapshotMetaT,
-    mut state: AppliedState,
-) -> io::Result<Vec<u8>> {
+fn snapshot_payload(group: GroupId, shard: &Shard, meta: &SnapshotMetaT) -> io::Result<Vec<u8>> {
     let last_index = meta.last_log_id.map_or(0, |id| id.index);
-    let mut index = Vec::new();
-    let mut log = Vec::new();
-    let mut progress = Progress::default();
-    // Walk the retained entries up to the snapshot point and recompute the progress there.
+    // Every entry from the first one that holds events (earlier ones are blank or
+    // membership entries, which the snapshot's meta covers).
     let first_log = shard.first_index(group)?.map_or(0, |row| row.log_index);
-    for (log_index, bytes) in shard.log_entries(group, first_log, last_index + 1)? {
-        log.push((log_index, bytes));
-    }
-    if let Some(first) = shard.first_index(group)? {
-        progress.begin_sequence = first.first_sequence;
-        let mut sequence = first.first_sequence;
-        while let Some(row) = shard.index_for_sequence(group, sequence)? {
-            if row.first_sequence != sequence || row.log_index > last_index {
-                break;
-            }
-            index.push((
-                row.first_sequence,
-                row.log_index,
-                row.first_offset,
-                row.enqueued_time_ms,
-                row.event_count,
-            ));
-            let batch_bytes = match shard.log_entry(group, row.log_index)? {
-                Some(bytes) => match decode_entry(&bytes)?.payload {
-                    EntryPayload::Normal(Proposal::Append(batch)) => batch.events,
-                    _ => return Err(invalid("index row points at a non-append entry")),
-                },
-                None => return Err(invalid("index row points at a missing log entry")),
-            };
-            let positions = codec::frame_positions(&batch_bytes).map_err(invalid)?;
-            progress.next_sequence = row.first_sequence + i64::from(row.event_count);
-            progress.next_offset = row.first_offset + batch_bytes.len() as i64;
-            progress.last_offset = row.first_offset + *positions.last().unwrap_or(&0) as i64;
-            progress.last_time_ms = row.enqueued_time_ms;
-            sequence = progress.next_sequence;
-        }
-    }
-    state.progress = progress;
-    state.last_applied = meta.last_log_id;
-    state.membership = meta.last_membership.clone();
-    postcard::to_allocvec(&SnapshotPayload { state, index, log }).map_err(invalid)
+    let log = shard.log_entries(group, first_log, last_index + 1)?;
+    postcard::to_allocvec(&SnapshotPayload {
+        base: AppliedState::default(),
+        log,
+    })
+    .map_err(invalid)
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -409,7 +378,8 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             last_log_id: self.state.last_applied,
             last_membership: self.state.membership.clone(),
         };
-        let payload = snapshot_payload(self.group, &self.shard, &meta, self.state.clone())?;
+        // Cheap: only the snapshot point is recorded. The log up to it is the data, and the
+        // payload is read from it when a replica needs it.
         self.shard
             .write(
                 vec![Mutation::PutMeta {
@@ -422,7 +392,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             .await?;
         Ok(SnapshotT {
             meta,
-            snapshot: SnapshotData::new(payload),
+            snapshot: SnapshotData::new(Vec::new()),
         })
     }
 }
@@ -508,12 +478,14 @@ mod tests {
         assert_eq!(progress.next_sequence, 5);
         assert_eq!(progress.last_time_ms, 10, "times never decrease");
 
-        let snapshot = sm
+        let built = sm
             .get_snapshot_builder()
             .await
             .build_snapshot()
             .await
             .unwrap();
+        let snapshot = sm.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(snapshot.meta, built.meta);
         let (mut replica, _) = PartitionStateMachine::open(group, target.clone()).unwrap();
         replica
             .install_snapshot(&snapshot.meta, snapshot.snapshot)
@@ -535,6 +507,89 @@ mod tests {
         let (reopened, progress_rx) = PartitionStateMachine::open(group, target).unwrap();
         assert_eq!(*progress_rx.borrow(), progress);
         assert_eq!(reopened.state.last_applied, snapshot.meta.last_log_id);
+    }
+
+    fn producer_batch(producer_id: u64, sequence: i64, body: &str) -> Proposal {
+        let Proposal::Append(mut batch) = batch(&[body], 1) else {
+            unreachable!()
+        };
+        batch.producer = Some(ProducerStamp {
+            producer_id,
+            sequence,
+        });
+        Proposal::Append(batch)
+    }
+
+    /// A snapshot describes the state at its own point, even when it is sent after more
+    /// entries were applied: a replica that installs it and then receives the later entries
+    /// ends exactly like the sender (an idempotent producer's later batch is not mistaken
+    /// for a retry).
+    #[tokio::test]
+    async fn a_snapshot_sent_later_still_describes_its_own_point() {
+        use tributary_raft::openraft_api::testing::{RaftEntry, log_id, membership_ent};
+        let group = GroupId::new(HubId(4), PartitionId(0), 0);
+        let dir = tempfile::tempdir().unwrap();
+        let source = Shard::open(&dir.path().join("a.redb"), ShardConfig::default()).unwrap();
+        let target = Shard::open(&dir.path().join("b.redb"), ShardConfig::default()).unwrap();
+        let entry = |index: u64, proposal: Proposal| {
+            tributary_raft::Entry::new_normal(log_id::<TypeConfig>(1, 1, index), proposal)
+        };
+        let early = vec![
+            membership_ent::<TypeConfig>(1, 1, 1, vec![[1u64].into()]),
+            entry(2, producer_batch(7, 0, "a")),
+            entry(3, producer_batch(7, 1, "b")),
+        ];
+        let late = vec![
+            entry(4, producer_batch(7, 2, "c")),
+            entry(5, producer_batch(7, 2, "c")), // a retry: stored once
+            entry(6, batch(&["d"], 2)),
+        ];
+        let store = |shard: Shard, entries: Vec<tributary_raft::Entry>| async move {
+            let rows = entries
+                .iter()
+                .map(|e| Mutation::PutLog {
+                    group,
+                    index: e.log_id.index,
+                    entry: tributary_raft::encode_entry(e).unwrap(),
+                })
+                .collect();
+            shard.write(rows, Durability::Immediate).await.unwrap();
+        };
+        fn stream(
+            entries: Vec<tributary_raft::Entry>,
+        ) -> impl Stream<Item = io::Result<EntryResponder<TypeConfig>>> + Unpin + Send {
+            futures::stream::iter(entries.into_iter().map(|e| Ok((e, None))))
+        }
+        store(source.clone(), early.clone()).await;
+        let (mut sm, _) = PartitionStateMachine::open(group, source.clone()).unwrap();
+        sm.apply(stream(early)).await.unwrap();
+        sm.get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        store(source.clone(), late.clone()).await;
+        sm.apply(stream(late.clone())).await.unwrap();
+
+        // Sent only now, after the later entries were applied.
+        let snapshot = sm.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(snapshot.meta.last_log_id.unwrap().index, 3);
+        let (mut replica, _) = PartitionStateMachine::open(group, target.clone()).unwrap();
+        replica
+            .install_snapshot(&snapshot.meta, snapshot.snapshot)
+            .await
+            .unwrap();
+        store(target.clone(), late.clone()).await;
+        replica.apply(stream(late)).await.unwrap();
+        assert_eq!(replica.state.progress, sm.state.progress);
+        assert_eq!(replica.state.progress.next_sequence, 4);
+        assert_eq!(replica.state.producers, sm.state.producers);
+        for sequence in 0..4 {
+            assert_eq!(
+                target.index_for_sequence(group, sequence).unwrap(),
+                source.index_for_sequence(group, sequence).unwrap()
+            );
+        }
     }
 
     /// openraft's own conformance suite for log storage and state machines.

@@ -57,7 +57,8 @@ async fn start_peer(
         }
     });
     let (sm, progress) = PartitionStateMachine::open(GROUP, shard.clone()).unwrap();
-    host.start(GROUP, shard.clone(), sm, members.clone())
+    let members = members.iter().map(|(n, a)| (n.0, a.clone())).collect();
+    host.start(GROUP, id.0, shard.clone(), sm, members)
         .await
         .unwrap();
     Peer {

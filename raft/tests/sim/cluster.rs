@@ -89,7 +89,13 @@ async fn run_host(
     for group in groups() {
         let (machine, applied) = MemStateMachine::new();
         let raft = host
-            .start(group, shard.clone(), machine, members.clone())
+            .start(
+                group,
+                node,
+                shard.clone(),
+                machine,
+                members.iter().map(|(id, a)| (id.0, a.clone())).collect(),
+            )
             .await?;
         registry.lock().expect("registry lock").push(Replica {
             node,

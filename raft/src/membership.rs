@@ -1,0 +1,92 @@
+//! Moving a group's voters to the set its owner wants: new members join as learners,
+//! catch up (from the log, or from a snapshot when the log they need is purged), and only
+//! then become voters, in one joint change that also drops members no longer wanted.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use openraft::BasicNode;
+use openraft::storage::RaftStateMachine;
+use openraft::type_config::async_runtime::WatchReceiver;
+
+use crate::types::{Raft, SnapshotData, TypeConfig};
+
+/// How far (in log entries) a learner may trail the leader and still be promoted; under
+/// continuous writes a learner is never exactly caught up.
+pub const PROMOTE_LAG_MAX: u64 = 64;
+
+/// What one reconciliation pass did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VoterChange {
+    /// This replica does not lead the group, or the voters already match.
+    Nothing,
+    /// Members were added as learners, or learners are still catching up.
+    CatchingUp(Vec<u64>),
+    /// The voters were replaced.
+    Replaced { from: Vec<u64>, to: Vec<u64> },
+}
+
+/// One pass towards `desired` voters (member id → peer address). Runs only on the leader;
+/// call it again until it returns [`VoterChange::Nothing`].
+pub async fn reconcile_voters<SM>(
+    raft: &Raft<SM>,
+    me: u64,
+    desired: &BTreeMap<u64, String>,
+) -> Result<VoterChange, String>
+where
+    SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
+{
+    if desired.is_empty() {
+        return Ok(VoterChange::Nothing);
+    }
+    let (voters, learners, joint, matched, last_log) = {
+        let metrics = raft.metrics();
+        let m = metrics.borrow_watched();
+        if m.current_leader != Some(me) {
+            return Ok(VoterChange::Nothing);
+        }
+        let membership = m.membership_config.membership();
+        (
+            membership.voter_ids().collect::<BTreeSet<u64>>(),
+            membership.learner_ids().collect::<BTreeSet<u64>>(),
+            membership.get_joint_config().len() > 1,
+            m.replication.clone().unwrap_or_default(),
+            m.last_log_index.unwrap_or(0),
+        )
+    };
+    let wanted: BTreeSet<u64> = desired.keys().copied().collect();
+    if voters == wanted || joint {
+        // Nothing to do, or a change is already under way (it finishes on its own).
+        return Ok(VoterChange::Nothing);
+    }
+    let mut waiting = Vec::new();
+    for (&member, addr) in desired {
+        if voters.contains(&member) {
+            continue;
+        }
+        if !learners.contains(&member) {
+            raft.add_learner(member, BasicNode::new(addr.clone()), false)
+                .await
+                .map_err(|e| format!("adding learner {member}: {e}"))?;
+            waiting.push(member);
+            continue;
+        }
+        let caught_up = matched
+            .get(&member)
+            .copied()
+            .flatten()
+            .is_some_and(|id| id.index + PROMOTE_LAG_MAX >= last_log);
+        if !caught_up {
+            waiting.push(member);
+        }
+    }
+    if !waiting.is_empty() {
+        return Ok(VoterChange::CatchingUp(waiting));
+    }
+    raft.change_membership(wanted.clone(), false)
+        .await
+        .map_err(|e| format!("replacing voters: {e}"))?;
+    Ok(VoterChange::Replaced {
+        from: voters.into_iter().collect(),
+        to: wanted.into_iter().collect(),
+    })
+}
