@@ -34,6 +34,10 @@ pub fn metrics_handle() -> PrometheusHandle {
             metrics::describe_counter!("tributary_events_in_total", "Events accepted by sends");
             metrics::describe_counter!("tributary_bytes_in_total", "Bytes accepted by sends");
             metrics::describe_counter!("tributary_events_out_total", "Events delivered to readers");
+            metrics::describe_counter!(
+                "tributary_raft_snapshots_installed_total",
+                "Partition replicas rebuilt from a snapshot sent by their leader"
+            );
             metrics::describe_histogram!(
                 "tributary_send_duration_seconds",
                 "Time from a send's arrival to its commit"

@@ -332,6 +332,13 @@ impl RaftStateMachine<TypeConfig> for PartitionStateMachine {
         self.shard.write(mutations, Durability::Immediate).await?;
         self.state = state;
         self.progress.send_replace(self.state.progress);
+        metrics::counter!("tributary_raft_snapshots_installed_total").increment(1);
+        tracing::info!(
+            group = %self.group,
+            through = last_index,
+            next_sequence = self.state.progress.next_sequence,
+            "replica rebuilt from a snapshot"
+        );
         Ok(())
     }
 
