@@ -1,5 +1,5 @@
 //! Background load while leaders are killed: producers each send one small batch at a time
-//! to every partition in turn, moving to another node when a send fails.
+//! to every partition in turn, moving on to the next partition and node when a send fails.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,9 +10,9 @@ use tributary_client::{Client, EventData, SendTarget};
 
 use super::PartitionRef;
 
-/// How long one background send keeps retrying (following hints, waiting out an election)
-/// before the producer moves on to another node.
-const SEND_RETRY_DEADLINE: Duration = Duration::from_secs(2);
+/// How long one background send keeps retrying (following hints, riding out a short leader
+/// change) before the producer moves on.
+const SEND_RETRY_DEADLINE: Duration = Duration::from_secs(1);
 /// Pause after a failed send.
 const ERROR_PAUSE: Duration = Duration::from_millis(20);
 
@@ -108,10 +108,12 @@ impl Producer {
                     self.next += 1;
                 }
                 Err(_) => {
-                    // The node may be the one just killed: try the partition through the
-                    // next node.
+                    // The node may be the one just killed, or the partition may be without
+                    // a leader: go on with the next partition, through the next node, so
+                    // the load keeps reaching the partitions that are led.
                     self.counts.errors.fetch_add(1, Ordering::Relaxed);
                     self.node = (self.node + 1) % self.clients.len();
+                    self.next += 1;
                     tokio::time::sleep(ERROR_PAUSE).await;
                 }
             }

@@ -256,9 +256,12 @@ fn free_ports(count: usize) -> anyhow::Result<Vec<u16>> {
         .collect()
 }
 
+/// Appends `=== <text> at <UTC time>` to a node's log, so the bench's actions line up with
+/// the node's own timestamped lines.
 fn note(log_path: &Path, text: &str) {
     if let Ok(mut log) = OpenOptions::new().append(true).open(log_path) {
-        let _ = writeln!(log, "=== {text}");
+        let now = humantime::format_rfc3339_micros(std::time::SystemTime::now());
+        let _ = writeln!(log, "=== {text} at {now}");
     }
 }
 

@@ -82,7 +82,8 @@ async fn bench_failover_measures_every_kill_and_stops_its_nodes() {
             .unwrap_or_else(|e| panic!("node {node}'s log is kept in {run_dir:?}: {e}"));
         pids.extend(log.lines().filter_map(|line| {
             line.strip_prefix("=== bench failover: started pid ")
-                .and_then(|pid| pid.trim().parse::<i32>().ok())
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|pid| pid.parse::<i32>().ok())
         }));
     }
     assert_eq!(
