@@ -109,14 +109,24 @@ async fn killed_leaders_lose_nothing_and_replicas_stay_identical() {
             started.elapsed().as_secs_f64()
         );
         cluster.nodes[victim].kill9().await;
+        let killed_at = Instant::now();
         // Sends go on, and the partitions the victim led get new leaders that accept them.
         let led: Vec<usize> = (0..leaders.len())
             .filter(|p| leaders[*p] == victim as u64 + 1)
             .collect();
         load.wait_for_acks_to(&led, "after the kill, to the partitions the victim led")
             .await;
+        let failed_over_ms = killed_at.elapsed().as_millis();
+        let restarting_at = Instant::now();
         cluster.nodes[victim].restart().await;
+        let restart_ms = restarting_at.elapsed().as_millis();
+        let catching_up_at = Instant::now();
         let caught_up = wait_caught_up(&cluster, victim, KILL_HUB, KILL_PARTITIONS).await;
+        eprintln!(
+            "round {round}: sends to its partitions resumed {failed_over_ms} ms after the kill; \
+             restart took {restart_ms} ms, catching up {} ms",
+            catching_up_at.elapsed().as_millis()
+        );
         eprintln!(
             "round {round}: node {} back and caught up with {caught_up} events; {} acked, {}",
             victim + 1,
