@@ -429,7 +429,7 @@ impl ClusterRuntime {
     }
 
     async fn propose_encoded(&self, command: bytes::Bytes, hops: u32) -> Result<Reply, ApiError> {
-        let target = match self.controller() {
+        let targets: Vec<String> = match self.controller() {
             Some(raft) => match raft
                 .client_write(Proposal::Controller(command.clone()))
                 .await
@@ -437,25 +437,48 @@ impl ClusterRuntime {
                 Ok(response) => return self.command_reply(response.data).await,
                 Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
                     match forward.leader_node {
-                        Some(node) => node.addr,
+                        Some(node) => vec![node.addr],
                         None => return Err(no_controller_leader()),
                     }
                 }
                 Err(err) => return Err(ApiError::internal(err.to_string())),
             },
+            // Not a voter (or a voter that lost its data and has not rejoined yet): any
+            // other voter forwards to the leader.
             None => {
                 let voters = self.state().controller_voters.clone();
                 let known = self.known.read().expect("known lock").clone();
-                match voters.iter().find_map(|v| known.get(v)) {
-                    Some(voter) => voter.peer_addr.clone(),
-                    None => return Err(no_controller_leader()),
-                }
+                voters
+                    .iter()
+                    .filter(|v| **v != self.me.id)
+                    .filter_map(|v| known.get(v))
+                    .map(|n| n.peer_addr.clone())
+                    .collect()
             }
         };
         if hops >= PROPOSE_HOPS_MAX {
             return Err(no_controller_leader());
         }
-        let mut client = ClusterClient::new(peer_channel(&target)?);
+        let mut last_error = no_controller_leader();
+        for target in targets {
+            match self.forward_to(&target, command.clone(), hops).await {
+                Err(Forward::Unreachable(err)) => last_error = err,
+                Err(Forward::Failed(err)) => return Err(err),
+                Ok(reply) => return Ok(reply),
+            }
+        }
+        Err(last_error)
+    }
+
+    /// Runs a command through the node at `target`; only an unreachable node may be
+    /// retried elsewhere (a reachable one may have run the command).
+    async fn forward_to(
+        &self,
+        target: &str,
+        command: bytes::Bytes,
+        hops: u32,
+    ) -> Result<Reply, Forward> {
+        let mut client = ClusterClient::new(peer_channel(target).map_err(Forward::Unreachable)?);
         let reply = client
             .propose(ProposeRequest {
                 command,
@@ -463,23 +486,27 @@ impl ClusterRuntime {
             })
             .await
             .map_err(|s| {
-                ApiError::new(
+                let err = ApiError::new(
                     ErrorReason::Unavailable,
                     format!("controller at {target}: {}", s.message()),
-                )
+                );
+                if s.code() == tonic::Code::Unavailable {
+                    Forward::Unreachable(err)
+                } else {
+                    Forward::Failed(err)
+                }
             })?
             .into_inner();
         match reply.result {
             Some(propose_reply::Result::Reply(bytes)) => {
-                let result =
-                    decode_result(&bytes).map_err(|e| ApiError::internal(e.to_string()))?;
-                let reply = result.map_err(command_error)?;
-                Ok(reply)
+                let result = decode_result(&bytes)
+                    .map_err(|e| Forward::Failed(ApiError::internal(e.to_string())))?;
+                result.map_err(|e| Forward::Failed(command_error(e)))
             }
-            Some(propose_reply::Result::Unavailable(message)) => {
-                Err(ApiError::new(ErrorReason::Unavailable, message))
-            }
-            None => Err(no_controller_leader()),
+            Some(propose_reply::Result::Unavailable(message)) => Err(Forward::Failed(
+                ApiError::new(ErrorReason::Unavailable, message),
+            )),
+            None => Err(Forward::Failed(no_controller_leader())),
         }
     }
 
@@ -510,6 +537,8 @@ impl ClusterRuntime {
                 if list.is_empty() {
                     list = self.config.seeds.clone();
                 }
+                // Never follow itself: its own view is what it is waiting for.
+                list.retain(|addr| *addr != self.me.peer_addr);
                 list
             };
             for addr in candidates {
@@ -540,6 +569,14 @@ impl ClusterRuntime {
     pub fn host(&self) -> &Arc<GroupHost<GroupStateMachine>> {
         &self.host
     }
+}
+
+/// Why forwarding a command failed.
+enum Forward {
+    /// The node could not be reached: the command did not run there.
+    Unreachable(ApiError),
+    /// The node answered (or may have run the command).
+    Failed(ApiError),
 }
 
 fn no_controller_leader() -> ApiError {

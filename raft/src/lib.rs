@@ -2,6 +2,7 @@
 //! redb-backed log store, and the network router shared by all groups of a node. An
 //! openraft alpha bump should touch this crate only.
 
+mod coalesce;
 mod host;
 mod log_store;
 mod member;
@@ -10,6 +11,7 @@ mod network;
 mod peer_service;
 mod types;
 
+pub use coalesce::{BATCH_MESSAGES_MAX, COALESCE_WINDOW, Coalescer};
 pub use host::{GroupHost, HostError};
 pub use log_store::{LogStore, decode, decode_entry, encode, encode_entry};
 pub use member::{NODE_ID_MAX, describe_member, member_id, member_incarnation, member_node};

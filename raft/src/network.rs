@@ -22,11 +22,15 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::transport::{Channel, Endpoint};
 use tributary_proto::peer::raft_peer_client::RaftPeerClient;
-use tributary_proto::peer::{GroupMessage, MessageKind, group_reply};
+use tributary_proto::peer::{GroupBatch, GroupMessage, MessageKind, group_reply};
 use tributary_types::GroupId;
 
+use crate::coalesce::{COALESCE_WINDOW, Coalescer};
 use crate::log_store::{decode, encode};
 use crate::types::{SnapshotData, TypeConfig};
+
+/// How long a batch of coalesced messages may take to be answered.
+const BATCH_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Largest peer message (a whole snapshot travels in one message for now).
 pub const PEER_MESSAGE_BYTES_MAX: usize = 512 * 1024 * 1024;
@@ -58,8 +62,9 @@ struct RouterInner {
     connector: Box<dyn Connector>,
     /// Peer address of every node this node has been told about.
     addresses: RwLock<HashMap<u64, String>>,
-    /// One channel (one HTTP/2 connection) per peer node, shared by all groups.
-    channels: RwLock<HashMap<u64, (String, Channel)>>,
+    /// One channel (one HTTP/2 connection) per peer node, shared by all groups, and the
+    /// coalescer batching heartbeats to it.
+    channels: RwLock<HashMap<u64, (String, Channel, Coalescer)>>,
 }
 
 /// Routes the Raft messages of every group on this node to peer nodes. Cheap to clone.
@@ -98,7 +103,7 @@ impl PeerRouter {
         }
     }
 
-    fn channel(&self, target: u64) -> Result<Channel, Unreachable<TypeConfig>> {
+    fn channel(&self, target: u64) -> Result<(Channel, Coalescer), Unreachable<TypeConfig>> {
         let target = crate::member_node(target).0;
         let addr = self
             .inner
@@ -108,7 +113,7 @@ impl PeerRouter {
             .get(&target)
             .cloned()
             .ok_or_else(|| unreachable(format!("no peer address known for node {target}")))?;
-        if let Some((known, channel)) = self
+        if let Some((known, channel, coalescer)) = self
             .inner
             .channels
             .read()
@@ -116,17 +121,36 @@ impl PeerRouter {
             .get(&target)
             && *known == addr
         {
-            return Ok(channel.clone());
+            return Ok((channel.clone(), coalescer.clone()));
         }
         let channel = self.inner.connector.channel(&addr).map_err(unreachable)?;
+        let coalescer = {
+            let channel = channel.clone();
+            Coalescer::spawn(COALESCE_WINDOW, move |messages| {
+                let mut client = RaftPeerClient::new(channel.clone())
+                    .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+                    .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);
+                async move {
+                    let mut request = tonic::Request::new(GroupBatch { messages });
+                    request.set_timeout(BATCH_TIMEOUT);
+                    client
+                        .batch(request)
+                        .await
+                        .map(|reply| reply.into_inner().replies)
+                        .map_err(|status| format!("node {target}: {}", status.message()))
+                }
+            })
+        };
         self.inner
             .channels
             .write()
             .expect("channels lock")
-            .insert(target, (addr, channel.clone()));
-        Ok(channel)
+            .insert(target, (addr, channel.clone(), coalescer.clone()));
+        Ok((channel, coalescer))
     }
 
+    /// Sends one message; `coalesce` lets it wait briefly to share a batch with other
+    /// groups' messages to the same node (heartbeats).
     async fn call<Req: Serialize, Resp: DeserializeOwned>(
         &self,
         target: u64,
@@ -134,6 +158,7 @@ impl PeerRouter {
         kind: MessageKind,
         request: &Req,
         timeout: Duration,
+        coalesce: bool,
     ) -> Result<Resp, Unreachable<TypeConfig>> {
         let payload = encode(request).map_err(unreachable)?;
         let message = GroupMessage {
@@ -143,22 +168,35 @@ impl PeerRouter {
             from_node: self.inner.node_id,
             to_member: target,
         };
-        let mut client = RaftPeerClient::new(self.channel(target)?)
-            .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
-            .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);
-        let mut request = tonic::Request::new(message);
-        request.set_timeout(timeout);
-        let reply = client
-            .call(request)
-            .await
-            .map_err(|status| {
-                unreachable(format!(
-                    "{}: {}",
-                    crate::describe_member(target),
-                    status.message()
-                ))
-            })?
-            .into_inner();
+        let (channel, coalescer) = self.channel(target)?;
+        let reply = if coalesce {
+            tokio::time::timeout(timeout, coalescer.call(message))
+                .await
+                .map_err(|_| {
+                    unreachable(format!(
+                        "{}: no reply within {timeout:?}",
+                        crate::describe_member(target)
+                    ))
+                })?
+                .map_err(unreachable)?
+        } else {
+            let mut client = RaftPeerClient::new(channel)
+                .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);
+            let mut request = tonic::Request::new(message);
+            request.set_timeout(timeout);
+            client
+                .call(request)
+                .await
+                .map_err(|status| {
+                    unreachable(format!(
+                        "{}: {}",
+                        crate::describe_member(target),
+                        status.message()
+                    ))
+                })?
+                .into_inner()
+        };
         match reply.result {
             Some(group_reply::Result::Payload(bytes)) => decode(&bytes).map_err(unreachable),
             Some(group_reply::Result::Error(message)) => Err(unreachable(format!(
@@ -190,6 +228,8 @@ impl GroupRouter<TypeConfig, GroupId> for PeerRouter {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        // Heartbeats (no entries) of all groups to a node share batches.
+        let heartbeat = rpc.entries.is_empty();
         Ok(self
             .call(
                 target,
@@ -197,6 +237,7 @@ impl GroupRouter<TypeConfig, GroupId> for PeerRouter {
                 MessageKind::AppendEntries,
                 &rpc,
                 option.soft_ttl(),
+                heartbeat,
             )
             .await?)
     }
@@ -209,7 +250,14 @@ impl GroupRouter<TypeConfig, GroupId> for PeerRouter {
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
         Ok(self
-            .call(target, group, MessageKind::Vote, &rpc, option.soft_ttl())
+            .call(
+                target,
+                group,
+                MessageKind::Vote,
+                &rpc,
+                option.soft_ttl(),
+                false,
+            )
             .await?)
     }
 
@@ -221,7 +269,14 @@ impl GroupRouter<TypeConfig, GroupId> for PeerRouter {
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
         Ok(self
-            .call(target, group, MessageKind::PreVote, &rpc, option.soft_ttl())
+            .call(
+                target,
+                group,
+                MessageKind::PreVote,
+                &rpc,
+                option.soft_ttl(),
+                false,
+            )
             .await?)
     }
 
@@ -246,6 +301,7 @@ impl GroupRouter<TypeConfig, GroupId> for PeerRouter {
                 MessageKind::FullSnapshot,
                 &request,
                 option.hard_ttl(),
+                false,
             )
             .await?)
     }
@@ -264,6 +320,7 @@ impl GroupRouter<TypeConfig, GroupId> for PeerRouter {
                 MessageKind::TransferLeader,
                 &req,
                 option.soft_ttl(),
+                false,
             )
             .await?)
     }

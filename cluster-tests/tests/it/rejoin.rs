@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tributary_client::{Client, EventData, ReplicaSummary, SendTarget, replica_digest};
+use tributary_client::{
+    Client, ErrorReason, EventData, ReplicaSummary, SendTarget, replica_digest,
+};
 use tributary_cluster_tests::{LocalCluster, TestDir, http_get, test_seed};
 
 /// How long a replica may take to catch up or be rebuilt.
@@ -205,10 +207,22 @@ async fn a_wiped_node_rejoins_as_a_new_incarnation_rebuilt_from_snapshots() {
         .await
         .unwrap()
         .with_retry_deadline(Duration::from_secs(60));
-    client
-        .create_replicated_event_hub("after-wipe", 1, None, Some(2))
-        .await
-        .expect("the controller has a majority with the rejoined node");
+    // The controller may have lost its leader too: retry while it elects a new one.
+    let deadline = Instant::now() + CATCH_UP_TIMEOUT;
+    loop {
+        match client
+            .create_replicated_event_hub("after-wipe", 1, None, Some(2))
+            .await
+        {
+            Ok(_) => break,
+            Err(err) if err.reason() == Some(ErrorReason::AlreadyExists) => break,
+            Err(err) => assert!(
+                Instant::now() < deadline,
+                "the controller has no majority with the rejoined node: {err}"
+            ),
+        }
+        tokio::time::sleep(POLL).await;
+    }
     for p in 0..PARTITIONS {
         send_batches(&client, "wipe", &p.to_string(), 5, 10, "after").await;
     }
