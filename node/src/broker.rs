@@ -297,6 +297,9 @@ impl Broker {
         replication_factor: Option<u8>,
     ) -> Result<HubRecord, ApiError> {
         let retention = retention.unwrap_or(tributary_types::limits::RETENTION_DEFAULT);
+        // Replicas go to nodes that are up now; a replication factor above their number
+        // is refused.
+        let live_nodes = crate::status::live_nodes(&self.runtime).await;
         let reply = self
             .runtime
             .propose(Command::CreateHub {
@@ -306,6 +309,7 @@ impl Broker {
                 replication_factor,
                 partitions_max: self.limits.partitions_per_hub_max,
                 now_ms: self.clock.now_ms(),
+                live_nodes,
             })
             .await?;
         let Reply::Hub(record) = reply else {

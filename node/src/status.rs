@@ -77,6 +77,21 @@ async fn remote_status(peer_addr: &str) -> Option<LocalStatusReply> {
     }
 }
 
+/// The registered nodes that answer now (this node always does).
+pub async fn live_nodes(runtime: &ClusterRuntime) -> Vec<u64> {
+    let state = runtime.state();
+    let answers = futures::future::join_all(state.nodes.values().map(|node| async move {
+        let up = node.id == runtime.me.id || remote_status(&node.peer_addr).await.is_some();
+        (node.id, up)
+    }))
+    .await;
+    answers
+        .into_iter()
+        .filter(|(_, up)| *up)
+        .map(|(id, _)| id)
+        .collect()
+}
+
 /// Asks every node for its report and assembles the cluster's status.
 pub async fn cluster_status(runtime: &ClusterRuntime) -> pb::ClusterStatus {
     let state = runtime.state();

@@ -92,14 +92,19 @@ pub type Raft<SM> = openraft::Raft<TypeConfig, SM>;
 
 /// openraft settings for one group, chosen for hundreds of groups per node:
 ///
-/// - Heartbeats every 250 ms (the tick fires every 13/64 of that, about 51 ms), and not at
-///   all to a follower that acknowledged replication within the last 250 ms, so busy groups
-///   send no separate heartbeats. 250 + 250 + one tick (51) stays below the shortest election
-///   timeout (800 ms), as openraft requires.
-/// - Election timeout 800–1600 ms: a dead leader is replaced in about 1.2 s on average
-///   (Redpanda uses 1.5 s; NATS 1–4 s), fast enough for the failover target while 3–6
-///   missed heartbeats make spurious elections rare. Pre-vote stops a partitioned replica
-///   from disrupting the group when it comes back.
+/// - Heartbeats every 150 ms (the tick fires every 13/64 of that, about 30 ms), and not at
+///   all to a follower that acknowledged replication within the last 100 ms, so busy groups
+///   send no separate heartbeats. 100 + 150 + one tick (30) stays below the shortest
+///   election timeout (400 ms), as openraft requires. Heartbeats of all groups to one node
+///   share batches (`coalesce.rs`), so hundreds of groups cost a few RPCs per interval.
+/// - Election timeout 400–800 ms. In openraft a follower grants no vote and starts no
+///   election while its leader's lease (= the maximum election timeout) runs, and its own
+///   timer fires a random 400–800 ms after that: a dead leader is replaced about
+///   800 + 530 ms after its last message (the first of two followers' random timeouts),
+///   1.6 s at worst, which meets the failover target (median ≤ 1.5 s, max ≤ 3 s; Redpanda
+///   takes about 1.5 s, Kafka's controller-driven failover longer). 2–5 heartbeats are
+///   missed before anyone stands, so a busy node rarely causes spurious elections; pre-vote
+///   stops a replica that was cut off from disrupting the group when it comes back.
 /// - Bounded per-group channels (1,024 requests): a node with many groups must not reserve
 ///   openraft's default 65,536-entry queues for each.
 /// - Snapshots only record a point in the log (the log is the partition's data, so building
@@ -134,10 +139,10 @@ impl Default for RaftSettings {
 pub fn group_config_with(cluster_name: &str, settings: &RaftSettings) -> Arc<openraft::Config> {
     let config = openraft::Config {
         cluster_name: cluster_name.to_string(),
-        heartbeat_interval: 250,
-        heartbeat_min_interval: Some(250),
-        election_timeout_min: 800,
-        election_timeout_max: 1600,
+        heartbeat_interval: 150,
+        heartbeat_min_interval: Some(100),
+        election_timeout_min: 400,
+        election_timeout_max: 800,
         enable_pre_vote: Some(true),
         api_channel_size: Some(1024),
         notification_channel_size: Some(1024),

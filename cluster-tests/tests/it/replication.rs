@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::StreamExt;
-use tributary_client::{Client, EventData, EventPosition, SendTarget};
+use tributary_client::{Client, ErrorReason, EventData, EventPosition, SendTarget};
 use tributary_cluster_tests::{LocalCluster, TestDir, cli_ok, test_seed};
 
 const PARTITIONS: u32 = 6;
@@ -77,6 +77,31 @@ async fn three_node_cluster_replicates_and_survives_a_killed_node() {
     for partition in status["partitions"].as_array().unwrap() {
         assert_ne!(partition["leader"], victim_id, "{status}");
         assert!(partition["leader"].is_u64(), "{status}");
+    }
+    // Three replicas need three live nodes: a clear error, and the cluster keeps serving.
+    let err = survivor
+        .create_replicated_event_hub("too-wide", 2, None, Some(3))
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), Some(ErrorReason::InvalidArgument), "{err}");
+    assert!(
+        err.to_string().contains(&format!(
+            "2 of the cluster's 3 nodes are up (down: nodes [{victim_id}])"
+        )),
+        "{err}"
+    );
+    // A hub created now is placed on the live nodes only.
+    survivor
+        .create_replicated_event_hub("narrow", 3, None, Some(2))
+        .await
+        .unwrap();
+    let status = cluster_status(&endpoints[(victim + 1) % 3]).await;
+    for partition in status["partitions"].as_array().unwrap() {
+        if partition["event_hub"] == "narrow" {
+            let replicas = partition["replicas"].as_array().unwrap();
+            assert_eq!(replicas.len(), 2, "{status}");
+            assert!(replicas.iter().all(|r| r["node"] != victim_id), "{status}");
+        }
     }
     for (p, bodies) in &acked {
         assert_eq!(

@@ -95,6 +95,8 @@ pub enum Command {
         replication_factor: Option<u8>,
         partitions_max: u16,
         now_ms: i64,
+        /// Nodes the proposing node found up: replicas are placed on these only.
+        live_nodes: Vec<u64>,
     },
     DeleteHub {
         name: String,
@@ -194,6 +196,7 @@ impl ClusterState {
                 replication_factor,
                 partitions_max,
                 now_ms,
+                live_nodes,
             } => self.create_hub(
                 name,
                 partition_count,
@@ -201,6 +204,7 @@ impl ClusterState {
                 replication_factor,
                 partitions_max,
                 now_ms,
+                &live_nodes,
             ),
             Command::DeleteHub { name } => {
                 self.hubs
@@ -258,6 +262,7 @@ impl ClusterState {
         replication_factor: Option<u8>,
         partitions_max: u16,
         now_ms: i64,
+        live_nodes: &[u64],
     ) -> Result<Reply, CommandError> {
         validate_hub_name(&name).map_err(|e| err(ErrorKind::InvalidArgument, e.to_string()))?;
         if partition_count == 0 || partition_count > u32::from(partitions_max) {
@@ -278,7 +283,18 @@ impl ClusterState {
                 ),
             ));
         }
-        let nodes: Vec<u64> = self.nodes.keys().copied().collect();
+        let nodes: Vec<u64> = self
+            .nodes
+            .keys()
+            .copied()
+            .filter(|n| live_nodes.contains(n))
+            .collect();
+        let down: Vec<u64> = self
+            .nodes
+            .keys()
+            .copied()
+            .filter(|n| !live_nodes.contains(n))
+            .collect();
         let replication_factor = match replication_factor {
             None => REPLICATION_FACTOR_DEFAULT.min(nodes.len().max(1) as u8),
             Some(rf) if !(1..=REPLICATION_FACTOR_MAX).contains(&rf) => {
@@ -292,11 +308,17 @@ impl ClusterState {
             Some(rf) => rf,
         };
         if usize::from(replication_factor) > nodes.len() {
+            let down = if down.is_empty() {
+                String::new()
+            } else {
+                format!(" (down: nodes {down:?})")
+            };
             return Err(err(
                 ErrorKind::InvalidArgument,
                 format!(
-                    "replication factor {replication_factor} needs at least {replication_factor} nodes; the cluster has {}",
-                    nodes.len()
+                    "replication factor {replication_factor} needs at least {replication_factor} live nodes; {} of the cluster's {} nodes are up{down}. Use a smaller --replication-factor or start more nodes",
+                    nodes.len(),
+                    self.nodes.len()
                 ),
             ));
         }
@@ -378,6 +400,7 @@ mod tests {
             replication_factor: rf,
             partitions_max: 1024,
             now_ms: 5,
+            live_nodes: state.nodes.keys().copied().collect(),
         })
     }
 
@@ -412,7 +435,11 @@ mod tests {
         assert_eq!(hub.replication_factor, 1);
         let err = create(&mut one, "b", 2, Some(3)).unwrap_err();
         assert_eq!(err.kind, ErrorKind::InvalidArgument);
-        assert!(err.message.contains("the cluster has 1"), "{}", err.message);
+        assert!(
+            err.message.contains("1 of the cluster's 1 nodes are up"),
+            "{}",
+            err.message
+        );
         let mut four = cluster(4);
         let Reply::Hub(hub) = create(&mut four, "a", 2, None).unwrap() else {
             panic!()
@@ -474,6 +501,34 @@ mod tests {
             )))
             .unwrap();
         assert_eq!(state.nodes[&2], again);
+    }
+
+    #[test]
+    fn replicas_go_to_live_nodes_only() {
+        let mut state = cluster(4);
+        let mut command = |rf: u8, live: Vec<u64>| {
+            state.apply(Command::CreateHub {
+                name: format!("h{rf}{}", live.len()),
+                partition_count: 8,
+                retention_ms: 24 * 3600 * 1000,
+                replication_factor: Some(rf),
+                partitions_max: 1024,
+                now_ms: 5,
+                live_nodes: live,
+            })
+        };
+        let err = command(3, vec![1, 4]).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::InvalidArgument);
+        assert!(
+            err.message
+                .contains("2 of the cluster's 4 nodes are up (down: nodes [2, 3])"),
+            "{}",
+            err.message
+        );
+        let Reply::Hub(hub) = command(3, vec![1, 2, 4]).unwrap() else {
+            panic!()
+        };
+        assert!(hub.replicas.iter().flatten().all(|n| *n != 3));
     }
 
     #[test]
