@@ -15,7 +15,7 @@ use tributary_types::{
 
 use crate::api::error::ApiError;
 use crate::cluster::ClusterRuntime;
-use crate::controller::state::{ClusterState, Command, HubRecord, Reply, hub_not_found};
+use crate::controller::state::{ClusterState, Command, HubRecord, NewHub, Reply, hub_not_found};
 use crate::partition::{Partition, PartitionError};
 
 /// How long a management call waits for this node's view to show its effect.
@@ -302,7 +302,7 @@ impl Broker {
         let live_nodes = crate::status::live_nodes(&self.runtime).await;
         let reply = self
             .runtime
-            .propose(Command::CreateHub {
+            .propose(Command::CreateHub(NewHub {
                 name: name.to_string(),
                 partition_count,
                 retention_ms: retention.as_millis() as u64,
@@ -310,7 +310,7 @@ impl Broker {
                 partitions_max: self.limits.partitions_per_hub_max,
                 now_ms: self.clock.now_ms(),
                 live_nodes,
-            })
+            }))
             .await?;
         let Reply::Hub(record) = reply else {
             return Err(ApiError::internal("create hub returned no hub"));

@@ -294,6 +294,7 @@ impl ClusterRuntime {
     /// lost its data and must rejoin the controller group.
     async fn discover(self: &Arc<Self>) -> anyhow::Result<bool> {
         let mut logged = false;
+        let mut unreachable: std::collections::HashMap<String, u32> = Default::default();
         loop {
             let mut voters_seen: Option<Vec<u64>> = None;
             for seed in self.config.seeds.clone() {
@@ -306,7 +307,15 @@ impl ClusterRuntime {
                     Err(err) if err.reason == ErrorReason::InvalidArgument => {
                         anyhow::bail!("{}", err.message)
                     }
-                    Err(err) => tracing::debug!(%seed, %err, "seed not reachable yet"),
+                    Err(err) => {
+                        // Say so at once, then every 30 s or so: a wrong seed address is a
+                        // common mistake, and the node keeps trying meanwhile.
+                        let failures = unreachable.entry(seed.clone()).or_insert(0u32);
+                        if failures.is_multiple_of(100) {
+                            tracing::warn!(%seed, %err, "seed does not answer; still trying");
+                        }
+                        *failures += 1;
+                    }
                 }
             }
             if let Some(voters) = voters_seen {

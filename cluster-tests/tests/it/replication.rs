@@ -253,3 +253,35 @@ async fn a_later_node_joins_and_a_foreign_node_is_refused() {
         .await
         .unwrap();
 }
+
+/// A seed where no node answers is reported in the node's log (not silently retried), and
+/// the node keeps trying.
+#[tokio::test]
+async fn an_unreachable_seed_is_reported() {
+    let dir = TestDir::new("unreachable-seed");
+    let nowhere = format!("127.0.0.1:{}", tributary_cluster_tests::free_port());
+    let mut node = tributary_cluster_tests::NodeProcess::launch(
+        &dir.path().join("node-1"),
+        tributary_cluster_tests::NodePorts::free(),
+        &[
+            "--seeds".to_string(),
+            nowhere.clone(),
+            "--bootstrap-expect".to_string(),
+            "2".to_string(),
+        ],
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let log = std::fs::read_to_string(node.log_path()).unwrap_or_default();
+        if log.contains("seed does not answer") && log.contains(&nowhere) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no warning about the unreachable seed {nowhere}:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    node.assert_running();
+    node.kill9().await;
+}

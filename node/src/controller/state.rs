@@ -87,17 +87,7 @@ pub enum Command {
         voters: Vec<u64>,
     },
     RegisterNode(NodeRecord),
-    CreateHub {
-        name: String,
-        partition_count: u32,
-        retention_ms: u64,
-        /// `None`: the default, capped at the number of nodes.
-        replication_factor: Option<u8>,
-        partitions_max: u16,
-        now_ms: i64,
-        /// Nodes the proposing node found up: replicas are placed on these only.
-        live_nodes: Vec<u64>,
-    },
+    CreateHub(NewHub),
     DeleteHub {
         name: String,
     },
@@ -110,6 +100,20 @@ pub enum Command {
         hub: String,
         name: String,
     },
+}
+
+/// What `CreateHub` asks for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewHub {
+    pub name: String,
+    pub partition_count: u32,
+    pub retention_ms: u64,
+    /// `None`: the default, capped at the number of live nodes.
+    pub replication_factor: Option<u8>,
+    pub partitions_max: u16,
+    pub now_ms: i64,
+    /// Nodes the proposing node found up: replicas are placed on these only.
+    pub live_nodes: Vec<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -189,23 +193,7 @@ impl ClusterState {
                 self.nodes.insert(node.id, node);
                 Ok(Reply::Done)
             }
-            Command::CreateHub {
-                name,
-                partition_count,
-                retention_ms,
-                replication_factor,
-                partitions_max,
-                now_ms,
-                live_nodes,
-            } => self.create_hub(
-                name,
-                partition_count,
-                retention_ms,
-                replication_factor,
-                partitions_max,
-                now_ms,
-                &live_nodes,
-            ),
+            Command::CreateHub(hub) => self.create_hub(hub),
             Command::DeleteHub { name } => {
                 self.hubs
                     .remove(&name)
@@ -254,16 +242,17 @@ impl ClusterState {
         }
     }
 
-    fn create_hub(
-        &mut self,
-        name: String,
-        partition_count: u32,
-        retention_ms: u64,
-        replication_factor: Option<u8>,
-        partitions_max: u16,
-        now_ms: i64,
-        live_nodes: &[u64],
-    ) -> Result<Reply, CommandError> {
+    fn create_hub(&mut self, hub: NewHub) -> Result<Reply, CommandError> {
+        let NewHub {
+            name,
+            partition_count,
+            retention_ms,
+            replication_factor,
+            partitions_max,
+            now_ms,
+            live_nodes,
+        } = hub;
+        let live_nodes = &live_nodes[..];
         validate_hub_name(&name).map_err(|e| err(ErrorKind::InvalidArgument, e.to_string()))?;
         if partition_count == 0 || partition_count > u32::from(partitions_max) {
             return Err(err(
@@ -393,7 +382,7 @@ mod tests {
         partitions: u32,
         rf: Option<u8>,
     ) -> Result<Reply, CommandError> {
-        state.apply(Command::CreateHub {
+        state.apply(Command::CreateHub(NewHub {
             name: name.into(),
             partition_count: partitions,
             retention_ms: 24 * 3600 * 1000,
@@ -401,7 +390,7 @@ mod tests {
             partitions_max: 1024,
             now_ms: 5,
             live_nodes: state.nodes.keys().copied().collect(),
-        })
+        }))
     }
 
     #[test]
@@ -507,7 +496,7 @@ mod tests {
     fn replicas_go_to_live_nodes_only() {
         let mut state = cluster(4);
         let mut command = |rf: u8, live: Vec<u64>| {
-            state.apply(Command::CreateHub {
+            state.apply(Command::CreateHub(NewHub {
                 name: format!("h{rf}{}", live.len()),
                 partition_count: 8,
                 retention_ms: 24 * 3600 * 1000,
@@ -515,7 +504,7 @@ mod tests {
                 partitions_max: 1024,
                 now_ms: 5,
                 live_nodes: live,
-            })
+            }))
         };
         let err = command(3, vec![1, 4]).unwrap_err();
         assert_eq!(err.kind, ErrorKind::InvalidArgument);
