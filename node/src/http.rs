@@ -38,6 +38,18 @@ pub fn metrics_handle() -> PrometheusHandle {
                 "tributary_raft_snapshots_installed_total",
                 "Partition replicas rebuilt from a snapshot sent by their leader"
             );
+            metrics::describe_counter!(
+                "tributary_peer_snapshot_chunks_received_total",
+                "Snapshot pieces received from leaders"
+            );
+            metrics::describe_counter!(
+                "tributary_peer_batches_total",
+                "Coalesced batches of Raft messages (heartbeats) sent to peers"
+            );
+            metrics::describe_counter!(
+                "tributary_peer_batched_messages_total",
+                "Raft messages sent in coalesced batches"
+            );
             metrics::describe_histogram!(
                 "tributary_send_duration_seconds",
                 "Time from a send's arrival to its commit"

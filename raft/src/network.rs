@@ -27,12 +27,27 @@ use tributary_types::GroupId;
 
 use crate::coalesce::{COALESCE_WINDOW, Coalescer};
 use crate::log_store::{decode, encode};
-use crate::types::{SnapshotData, TypeConfig};
+use crate::types::{SnapshotData, SnapshotMeta, TypeConfig};
+
+/// Size of the pieces a snapshot travels in.
+pub const SNAPSHOT_CHUNK_BYTES: usize = 4 * 1024 * 1024;
+
+/// One piece of a snapshot on the wire.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct SnapshotChunk {
+    /// Random per transfer: pieces of different transfers are never mixed.
+    pub(crate) transfer: u64,
+    pub(crate) offset: u64,
+    pub(crate) data: Bytes,
+    /// On the last piece: the leader's vote and the snapshot's metadata.
+    pub(crate) done: Option<(VoteOf<TypeConfig>, SnapshotMeta)>,
+}
 
 /// How long a batch of coalesced messages may take to be answered.
 const BATCH_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Largest peer message (a whole snapshot travels in one message for now).
+/// Largest peer message: an AppendEntries of many large entries (snapshots travel in
+/// pieces of [`SNAPSHOT_CHUNK_BYTES`]).
 pub const PEER_MESSAGE_BYTES_MAX: usize = 512 * 1024 * 1024;
 
 /// Makes the channel to a peer's address. The default dials TCP; simulations supply their
@@ -289,21 +304,43 @@ impl GroupRouter<TypeConfig, GroupId> for PeerRouter {
         _cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        let request = (
-            vote,
-            snapshot.meta,
-            Bytes::from(snapshot.snapshot.into_inner()),
-        );
-        Ok(self
-            .call(
+        // Sent in chunks, one at a time: no message nears the transport's size limit, and
+        // a receiver that restarts mid-way makes the leader start over (offset 0).
+        let data = Bytes::from(snapshot.snapshot.into_inner());
+        let transfer = rand::random::<u64>();
+        let mut offset = 0usize;
+        loop {
+            let end = (offset + SNAPSHOT_CHUNK_BYTES).min(data.len());
+            let last = end == data.len();
+            let chunk = SnapshotChunk {
+                transfer,
+                offset: offset as u64,
+                data: data.slice(offset..end),
+                done: last.then(|| (vote, snapshot.meta.clone())),
+            };
+            if last {
+                return Ok(self
+                    .call(
+                        target,
+                        group,
+                        MessageKind::SnapshotChunk,
+                        &chunk,
+                        option.hard_ttl(),
+                        false,
+                    )
+                    .await?);
+            }
+            self.call::<_, ()>(
                 target,
                 group,
-                MessageKind::FullSnapshot,
-                &request,
+                MessageKind::SnapshotChunk,
+                &chunk,
                 option.hard_ttl(),
                 false,
             )
-            .await?)
+            .await?;
+            offset = end;
+        }
     }
 
     async fn transfer_leader(

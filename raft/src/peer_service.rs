@@ -2,7 +2,8 @@
 //! to the group, if this node hosts it. Unknown groups (or stale incarnations) are an error
 //! reply, never an auto-created group.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
@@ -16,8 +17,8 @@ use tributary_types::GroupId;
 
 use crate::host::GroupHost;
 use crate::log_store::{decode, encode};
-use crate::network::PEER_MESSAGE_BYTES_MAX;
-use crate::types::{Raft, SnapshotData, SnapshotMeta, TypeConfig};
+use crate::network::{PEER_MESSAGE_BYTES_MAX, SnapshotChunk};
+use crate::types::{Raft, SnapshotData, TypeConfig};
 
 /// Serves the peer port for the groups of one host.
 pub struct PeerService<SM>
@@ -25,6 +26,8 @@ where
     SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
 {
     host: Arc<GroupHost<SM>>,
+    /// Snapshots being received, one per group: the transfer id and the bytes so far.
+    snapshots: Mutex<HashMap<GroupId, (u64, Vec<u8>)>>,
 }
 
 impl<SM> PeerService<SM>
@@ -32,7 +35,57 @@ where
     SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
 {
     pub fn new(host: Arc<GroupHost<SM>>) -> Self {
-        Self { host }
+        Self {
+            host,
+            snapshots: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Collects a snapshot's pieces; installs it when the last one arrives.
+    async fn snapshot_chunk(
+        &self,
+        raft: &Raft<SM>,
+        group: GroupId,
+        bytes: &[u8],
+    ) -> Result<Bytes, String> {
+        let chunk: SnapshotChunk = decode(bytes).map_err(|e| e.to_string())?;
+        metrics::counter!("tributary_peer_snapshot_chunks_received_total").increment(1);
+        let complete = {
+            let mut snapshots = self.snapshots.lock().expect("snapshots lock");
+            if chunk.offset == 0 {
+                snapshots.insert(group, (chunk.transfer, Vec::new()));
+            }
+            let Some((transfer, data)) = snapshots.get_mut(&group) else {
+                return Err(format!(
+                    "snapshot piece at offset {} of a transfer this node never saw start; start again",
+                    chunk.offset
+                ));
+            };
+            if *transfer != chunk.transfer || data.len() as u64 != chunk.offset {
+                snapshots.remove(&group);
+                return Err(format!(
+                    "snapshot piece at offset {} does not follow the pieces received; start again",
+                    chunk.offset
+                ));
+            }
+            data.extend_from_slice(&chunk.data);
+            match chunk.done {
+                Some(done) => snapshots.remove(&group).map(|(_, data)| (done, data)),
+                None => None,
+            }
+        };
+        let Some(((vote, meta), data)) = complete else {
+            return encode(&()).map_err(|e| e.to_string());
+        };
+        let snapshot = openraft::alias::SnapshotOf::<TypeConfig, SnapshotData> {
+            meta,
+            snapshot: SnapshotData::new(data),
+        };
+        let resp = raft
+            .install_full_snapshot(vote, snapshot)
+            .await
+            .map_err(|e| e.to_string())?;
+        encode(&resp).map_err(|e| e.to_string())
     }
 
     /// The tonic service to add to a server on the peer port.
@@ -51,6 +104,10 @@ where
                     crate::describe_member(member),
                     crate::describe_member(message.to_member)
                 ))
+            }
+            Some((_, raft)) if message.kind == MessageKind::SnapshotChunk as i32 => {
+                self.snapshot_chunk(&raft, GroupId::from_u64(message.group), &message.payload)
+                    .await
             }
             Some((_, raft)) => dispatch(&raft, message).await,
             None => Err(format!(
@@ -91,19 +148,7 @@ where
             let resp = raft.pre_vote(req).await.map_err(|e| text(&e))?;
             encode(&resp).map_err(|e| text(&e))
         }
-        MessageKind::FullSnapshot => {
-            let (vote, meta, data): (openraft::alias::VoteOf<TypeConfig>, SnapshotMeta, Bytes) =
-                decode(bytes).map_err(|e| text(&e))?;
-            let snapshot = openraft::alias::SnapshotOf::<TypeConfig, SnapshotData> {
-                meta,
-                snapshot: SnapshotData::new(data.to_vec()),
-            };
-            let resp = raft
-                .install_full_snapshot(vote, snapshot)
-                .await
-                .map_err(|e| text(&e))?;
-            encode(&resp).map_err(|e| text(&e))
-        }
+        MessageKind::SnapshotChunk => Err("snapshot pieces are collected before dispatch".into()),
         MessageKind::TransferLeader => {
             let req: TransferLeaderRequest<TypeConfig> = decode(bytes).map_err(|e| text(&e))?;
             let resp = raft

@@ -24,13 +24,31 @@ async fn send_batches(
     per_batch: usize,
     tag: &str,
 ) {
+    send_padded_batches(client, hub, partition, batches, per_batch, tag, 0).await
+}
+
+/// As [`send_batches`], each body padded with `pad` bytes.
+async fn send_padded_batches(
+    client: &Client,
+    hub: &str,
+    partition: &str,
+    batches: usize,
+    per_batch: usize,
+    tag: &str,
+    pad: usize,
+) {
     let mut sent = 0;
     while sent < batches {
         let wave: Vec<_> = (sent..(sent + 4).min(batches))
             .map(|b| {
                 let producer = client.producer();
                 let events: Vec<EventData> = (0..per_batch)
-                    .map(|i| EventData::from_body(format!("{tag}-{partition}-{b}-{i}")))
+                    .map(|i| {
+                        EventData::from_body(format!(
+                            "{tag}-{partition}-{b}-{i}{}",
+                            ".".repeat(pad)
+                        ))
+                    })
                     .collect();
                 let partition = partition.to_string();
                 async move {
@@ -83,14 +101,15 @@ async fn await_identical_replicas(
     }
 }
 
-async fn snapshots_installed(cluster: &LocalCluster, index: usize) -> u64 {
+/// A counter from a node's /metrics (0 when it has not been counted yet).
+async fn counter(cluster: &LocalCluster, index: usize, name: &str) -> u64 {
     let metrics = http_get(cluster.nodes[index].http_addr(), "/metrics")
         .await
         .expect("metrics answer");
     metrics
         .body
         .lines()
-        .find(|l| l.starts_with("tributary_raft_snapshots_installed_total"))
+        .find(|l| l.starts_with(name))
         .and_then(|l| l.split_whitespace().last())
         .map_or(0, |v| v.parse::<f64>().expect("a counter value") as u64)
 }
@@ -125,7 +144,10 @@ async fn a_replica_down_while_50k_events_arrive_catches_up_from_the_log() {
     assert_eq!(summary.first_sequence_number, Some(0));
     assert_eq!(summary.last_sequence_number, Some(49_999));
     // Nothing was purged, so it caught up from the log, not from a snapshot.
-    assert_eq!(snapshots_installed(&cluster, victim).await, 0);
+    assert_eq!(
+        counter(&cluster, victim, "tributary_raft_snapshots_installed_total").await,
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -151,8 +173,9 @@ async fn a_wiped_node_rejoins_as_a_new_incarnation_rebuilt_from_snapshots() {
         .await
         .unwrap();
     let mut expected = 0u64;
+    // 8 KiB events: each partition's snapshot is several pieces on the wire.
     for p in 0..PARTITIONS {
-        send_batches(&admin, "wipe", &p.to_string(), 60, 10, "before").await;
+        send_padded_batches(&admin, "wipe", &p.to_string(), 60, 10, "before", 8192).await;
     }
     expected += 600;
 
@@ -173,8 +196,19 @@ async fn a_wiped_node_rejoins_as_a_new_incarnation_rebuilt_from_snapshots() {
         assert_eq!(summary.last_sequence_number, Some(expected as i64 - 1));
     }
     assert!(
-        snapshots_installed(&cluster, victim).await >= u64::from(PARTITIONS),
+        counter(&cluster, victim, "tributary_raft_snapshots_installed_total").await
+            >= u64::from(PARTITIONS),
         "the wiped node's replicas were not rebuilt through snapshots"
+    );
+    assert!(
+        counter(
+            &cluster,
+            victim,
+            "tributary_peer_snapshot_chunks_received_total"
+        )
+        .await
+            >= 2 * u64::from(PARTITIONS),
+        "snapshots of several MiB travel in pieces"
     );
 
     // The new incarnation must be a voter of every group, not just a copy: with another
