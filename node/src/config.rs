@@ -8,6 +8,9 @@ use anyhow::{Context, bail};
 use serde::Deserialize;
 use tributary_types::limits::{PARTITIONS_PER_HUB_MAX_DEFAULT, PUBLISH_BYTES_MAX_DEFAULT};
 
+/// Most capacity units one node may declare.
+pub const CAPACITY_UNITS_MAX: u32 = 1000;
+
 /// Flags of `tributary serve`. Every flag can also be set through its environment variable
 /// or the TOML file given with --config (keys are the flag names with '_' for '-').
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -44,6 +47,14 @@ pub struct ServeArgs {
     /// This node's id within its cluster. [env: TRIBUTARY_NODE_ID] [default: 1]
     #[arg(long)]
     pub node_id: Option<u64>,
+    /// This node's capacity units: its share of the cluster's work. Replicas and leaders
+    /// are balanced per capacity unit. [env: TRIBUTARY_CAPACITY_UNITS] [default: 1]
+    #[arg(long)]
+    pub capacity_units: Option<u32>,
+    /// Failure-domain label (rack, availability zone); replicas of a partition go to
+    /// different zones when there are enough. [env: TRIBUTARY_ZONE]
+    #[arg(long)]
+    pub zone: Option<String>,
     /// Cluster id the data directory must belong to; a fresh directory is given this id
     /// (random when unset). [env: TRIBUTARY_CLUSTER_ID]
     #[arg(long)]
@@ -89,6 +100,8 @@ struct FileConfig {
     client_addr: Option<SocketAddr>,
     http_addr: Option<SocketAddr>,
     node_id: Option<u64>,
+    capacity_units: Option<u32>,
+    zone: Option<String>,
     cluster_id: Option<String>,
     storage_shards: Option<usize>,
     publish_bytes_max: Option<usize>,
@@ -109,6 +122,8 @@ pub struct NodeConfig {
     pub client_addr: SocketAddr,
     pub http_addr: SocketAddr,
     pub node_id: u64,
+    pub capacity_units: u32,
+    pub zone: Option<String>,
     pub cluster_id: Option<String>,
     pub storage_shards: usize,
     pub publish_bytes_max: usize,
@@ -129,6 +144,8 @@ impl NodeConfig {
             client_addr: "127.0.0.1:0".parse().expect("valid"),
             http_addr: "127.0.0.1:0".parse().expect("valid"),
             node_id: 1,
+            capacity_units: 1,
+            zone: None,
             cluster_id: None,
             storage_shards: 1,
             publish_bytes_max: PUBLISH_BYTES_MAX_DEFAULT,
@@ -212,6 +229,16 @@ impl ServeArgs {
                 .or(env("TRIBUTARY_NODE_ID")?)
                 .or(file.node_id)
                 .unwrap_or(1),
+            capacity_units: self
+                .capacity_units
+                .or(env("TRIBUTARY_CAPACITY_UNITS")?)
+                .or(file.capacity_units)
+                .unwrap_or(1),
+            zone: self
+                .zone
+                .or(env("TRIBUTARY_ZONE")?)
+                .or(file.zone)
+                .filter(|z| !z.is_empty()),
             cluster_id: self
                 .cluster_id
                 .or(env("TRIBUTARY_CLUSTER_ID")?)
@@ -262,6 +289,17 @@ impl ServeArgs {
                 tributary_raft::NODE_ID_MAX
             );
         }
+        if !(1..=CAPACITY_UNITS_MAX).contains(&config.capacity_units) {
+            bail!("--capacity-units must be between 1 and {CAPACITY_UNITS_MAX}");
+        }
+        if let Some(zone) = &config.zone
+            && (zone.len() > 64
+                || !zone
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+        {
+            bail!("--zone {zone:?} is invalid: use up to 64 letters, digits, '-', '_' or '.'");
+        }
         if config.raft.snapshot_entries == 0 {
             bail!("--raft-snapshot-entries must be at least 1");
         }
@@ -294,6 +332,26 @@ mod tests {
         assert_eq!(config.node_id, 7);
         assert_eq!(config.client_addr.port(), 7400);
         assert_eq!(config.data_dir, PathBuf::from("./data"));
+    }
+
+    #[test]
+    fn capacity_units_and_zone_are_checked() {
+        let resolve = |capacity_units: Option<u32>, zone: Option<&str>| {
+            ServeArgs {
+                capacity_units,
+                zone: zone.map(str::to_string),
+                ..Default::default()
+            }
+            .resolve()
+        };
+        let config = resolve(Some(4), Some("eu-west-1a")).unwrap();
+        assert_eq!(config.capacity_units, 4);
+        assert_eq!(config.zone.as_deref(), Some("eu-west-1a"));
+        assert_eq!(resolve(None, None).unwrap().capacity_units, 1);
+        let err = resolve(Some(0), None).unwrap_err().to_string();
+        assert!(err.contains("--capacity-units must be between 1 and"), "{err}");
+        let err = resolve(None, Some("rack 1")).unwrap_err().to_string();
+        assert!(err.contains("--zone \"rack 1\" is invalid"), "{err}");
     }
 
     #[test]

@@ -99,12 +99,16 @@ impl Node {
             config.raft,
         );
         let runtime = ClusterRuntime::new(
-            NodeRecord::new(
-                node_id.0,
-                client_addr.to_string(),
-                peer_addr.to_string(),
-                identity.data_id,
-            ),
+            NodeRecord {
+                capacity_units: config.capacity_units,
+                zone: config.zone.clone(),
+                ..NodeRecord::new(
+                    node_id.0,
+                    client_addr.to_string(),
+                    peer_addr.to_string(),
+                    identity.data_id,
+                )
+            },
             MembershipConfig {
                 seeds: config.seeds.clone(),
                 bootstrap_expect: config.bootstrap_expect,

@@ -127,7 +127,7 @@ pub async fn cluster_status(runtime: &ClusterRuntime) -> pb::ClusterStatus {
         .filter_map(|v| group_on(*v, GroupId::CONTROLLER))
         .max_by_key(|g| g.term)
         .map_or(0, |g| g.leader);
-    let nodes = state
+    let mut nodes: Vec<pb::NodeStatus> = state
         .nodes
         .values()
         .map(|n| pb::NodeStatus {
@@ -136,6 +136,15 @@ pub async fn cluster_status(runtime: &ClusterRuntime) -> pb::ClusterStatus {
             peer_addr: n.peer_addr.clone(),
             up: up(n.id),
             controller_voter: state.controller_voters.contains(&n.id),
+            capacity_units: n.capacity_units,
+            zone: n.zone.clone().unwrap_or_default(),
+            replicas: state
+                .hubs
+                .values()
+                .flat_map(|h| h.replicas.iter())
+                .filter(|r| r.contains(&n.id))
+                .count() as u32,
+            leaders: 0,
         })
         .collect();
     let mut partitions = Vec::new();
@@ -170,6 +179,9 @@ pub async fn cluster_status(runtime: &ClusterRuntime) -> pb::ClusterStatus {
                     }
                 })
                 .collect();
+            if let Some(node) = nodes.iter_mut().find(|n| n.id == leader) {
+                node.leaders += 1;
+            }
             partitions.push(pb::PartitionStatus {
                 event_hub: hub.name.clone(),
                 partition_id: p.to_string(),
@@ -178,7 +190,15 @@ pub async fn cluster_status(runtime: &ClusterRuntime) -> pb::ClusterStatus {
             });
         }
     }
+    let under_replicated = partitions
+        .iter()
+        .filter(|p| {
+            let healthy = p.replicas.iter().filter(|r| r.up && r.caught_up).count();
+            healthy < p.replicas.len()
+        })
+        .count() as u32;
     pb::ClusterStatus {
+        under_replicated,
         cluster_id: state.cluster_id.clone(),
         controller_leader,
         nodes,

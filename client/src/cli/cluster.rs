@@ -9,8 +9,11 @@ use crate::cli::output::Table;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum ClusterCommand {
-    /// Show the nodes (up or down), the controller leader, and for every partition its
-    /// leader, replicas and whether each replica is caught up.
+    /// Show the nodes (up or down, capacity units, zone, replicas and leaders), the
+    /// controller leader, how many partitions are under-replicated, and for every partition
+    /// its leader, replicas and whether each replica is caught up. With `--output json`:
+    /// `nodes[]` (`node_id`, `capacity_units`, `zone`, `replicas`, `leaders`, `up`, ...),
+    /// `under_replicated`, `partitions[]`.
     Status,
 }
 
@@ -41,16 +44,36 @@ fn node_name(id: u64) -> String {
 
 fn status_text(status: &ClusterStatus) -> String {
     let mut text = format!(
-        "cluster:            {}\ncontroller leader:  {}\n\n",
+        "cluster:            {}\ncontroller leader:  {}\nunder-replicated:   {}\n\n",
         status.cluster_id,
-        node_name(status.controller_leader)
+        node_name(status.controller_leader),
+        status.under_replicated
     );
-    let mut nodes = Table::new(&["NODE", "STATE", "CONTROLLER", "CLIENT", "PEER"]);
+    let mut nodes = Table::new(&[
+        "NODE",
+        "STATE",
+        "CONTROLLER",
+        "CU",
+        "ZONE",
+        "REPLICAS",
+        "LEADERS",
+        "CLIENT",
+        "PEER",
+    ]);
     for node in &status.nodes {
         nodes.row(vec![
             node.id.to_string(),
             if node.up { "up" } else { "down" }.to_string(),
             if node.controller_voter { "voter" } else { "-" }.to_string(),
+            node.capacity_units.to_string(),
+            if node.zone.is_empty() {
+                "-"
+            } else {
+                &node.zone
+            }
+            .to_string(),
+            node.replicas.to_string(),
+            node.leaders.to_string(),
             node.client_addr.clone(),
             node.peer_addr.clone(),
         ]);
@@ -96,8 +119,14 @@ fn status_json(status: &ClusterStatus) -> serde_json::Value {
     json!({
         "cluster_id": status.cluster_id,
         "controller_leader": leader(status.controller_leader),
+        "under_replicated": status.under_replicated,
         "nodes": status.nodes.iter().map(|n| json!({
+            "node_id": n.id,
             "id": n.id,
+            "capacity_units": n.capacity_units,
+            "zone": if n.zone.is_empty() { serde_json::Value::Null } else { json!(n.zone) },
+            "replicas": n.replicas,
+            "leaders": n.leaders,
             "up": n.up,
             "controller_voter": n.controller_voter,
             "client_addr": n.client_addr,
@@ -126,6 +155,7 @@ mod tests {
     #[test]
     fn shows_down_nodes_and_lagging_replicas() {
         let status = ClusterStatus {
+            under_replicated: 1,
             cluster_id: "c1".into(),
             controller_leader: 2,
             nodes: vec![
@@ -135,6 +165,10 @@ mod tests {
                     peer_addr: "a:2".into(),
                     up: false,
                     controller_voter: true,
+                    capacity_units: 1,
+                    zone: String::new(),
+                    replicas: 1,
+                    leaders: 0,
                 },
                 NodeStatus {
                     id: 2,
@@ -142,6 +176,10 @@ mod tests {
                     peer_addr: "b:2".into(),
                     up: true,
                     controller_voter: true,
+                    capacity_units: 2,
+                    zone: "rack-b".into(),
+                    replicas: 1,
+                    leaders: 1,
                 },
             ],
             partitions: vec![PartitionStatus {
@@ -171,5 +209,14 @@ mod tests {
         let json = status_json(&status);
         assert_eq!(json["nodes"][0]["up"], false);
         assert_eq!(json["partitions"][0]["leader"], 2);
+        assert_eq!(json["under_replicated"], 1);
+        assert!(text.contains("under-replicated:   1"), "{text}");
+        let second = &json["nodes"][1];
+        assert_eq!(second["node_id"], 2);
+        assert_eq!(second["capacity_units"], 2);
+        assert_eq!(second["zone"], "rack-b");
+        assert_eq!(second["replicas"], 1);
+        assert_eq!(second["leaders"], 1);
+        assert_eq!(json["nodes"][0]["zone"], serde_json::Value::Null);
     }
 }

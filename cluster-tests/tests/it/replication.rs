@@ -57,6 +57,19 @@ async fn three_node_cluster_replicates_and_survives_a_killed_node() {
         send_round(&second, round, &mut acked, seed).await;
     }
 
+    // Every node holds a replica of every partition (RF 3 on 3 nodes) and the leaders add
+    // up; nothing is under-replicated.
+    let status = cluster_status(&endpoints[0]).await;
+    assert_eq!(status["under_replicated"], 0, "{status}");
+    let nodes = status["nodes"].as_array().unwrap();
+    let leaders: u64 = nodes.iter().map(|n| n["leaders"].as_u64().unwrap()).sum();
+    assert_eq!(leaders, u64::from(PARTITIONS), "{status}");
+    for node in nodes {
+        assert_eq!(node["replicas"], PARTITIONS, "{status}");
+        assert_eq!(node["capacity_units"], 1, "{status}");
+        assert!(node["node_id"].is_u64(), "{status}");
+    }
+
     // Kill one node (the seed picks which): every partition keeps a majority.
     let victim = (seed % 3) as usize;
     cluster.nodes[victim].kill9().await;
@@ -78,6 +91,8 @@ async fn three_node_cluster_replicates_and_survives_a_killed_node() {
         assert_ne!(partition["leader"], victim_id, "{status}");
         assert!(partition["leader"].is_u64(), "{status}");
     }
+    // Every partition had a replica on the dead node.
+    assert_eq!(status["under_replicated"], PARTITIONS, "{status}");
     // Three replicas need three live nodes: a clear error, and the cluster keeps serving.
     let err = survivor
         .create_replicated_event_hub("too-wide", 2, None, Some(3))
@@ -175,13 +190,25 @@ async fn a_later_node_joins_and_a_foreign_node_is_refused() {
     // A fresh node with --seeds joins the running cluster and gets replicas.
     let fourth = tributary_cluster_tests::NodeProcess::start_with_args(
         &dir.path().join("node-4"),
-        &["--node-id", "4", "--seeds", &cluster.seeds],
+        &[
+            "--node-id",
+            "4",
+            "--seeds",
+            &cluster.seeds,
+            "--capacity-units",
+            "2",
+            "--zone",
+            "rack-b",
+        ],
     )
     .await;
     let status = cluster_status(&endpoints[0]).await;
     let nodes = status["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 4, "{status}");
     assert!(nodes.iter().all(|n| n["up"] == true), "{status}");
+    let fourth_status = nodes.iter().find(|n| n["node_id"] == 4).unwrap();
+    assert_eq!(fourth_status["capacity_units"], 2, "{status}");
+    assert_eq!(fourth_status["zone"], "rack-b", "{status}");
     let client = Client::connect(&fourth.endpoint()).await.unwrap();
     client
         .create_replicated_event_hub("joined", 4, None, Some(3))

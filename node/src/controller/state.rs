@@ -28,6 +28,10 @@ pub struct NodeRecord {
     /// The state version at which the current incarnation registered. Groups created
     /// after it never held data on this node in an earlier incarnation.
     pub incarnation_version: u64,
+    /// The node's share of the cluster's work (`--capacity-units`).
+    pub capacity_units: u32,
+    /// Failure domain (`--zone`).
+    pub zone: Option<String>,
 }
 
 impl NodeRecord {
@@ -40,6 +44,8 @@ impl NodeRecord {
             data_id,
             incarnation: 0,
             incarnation_version: 0,
+            capacity_units: 1,
+            zone: None,
         }
     }
 
