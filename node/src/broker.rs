@@ -295,6 +295,7 @@ impl Broker {
         partition_count: u32,
         retention: Option<Duration>,
         replication_factor: Option<u8>,
+        throughput_units: u32,
     ) -> Result<HubRecord, ApiError> {
         let retention = retention.unwrap_or(tributary_types::limits::RETENTION_DEFAULT);
         // Replicas go to nodes that are up now; a replication factor above their number
@@ -310,6 +311,7 @@ impl Broker {
                 partitions_max: self.limits.partitions_per_hub_max,
                 now_ms: self.clock.now_ms(),
                 live_nodes,
+                throughput_units,
             }))
             .await?;
         let Reply::Hub(record) = reply else {
@@ -357,6 +359,31 @@ impl Broker {
                 partition.wait_for_any_leader(deadline).await;
             }
         }
+    }
+
+    /// Changes a hub's reserved throughput units; applies to sends and reads at once.
+    pub async fn set_throughput_units(
+        &self,
+        name: &str,
+        throughput_units: u32,
+    ) -> Result<HubRecord, ApiError> {
+        let reply = self
+            .runtime
+            .propose(Command::SetThroughputUnits {
+                hub: name.to_string(),
+                throughput_units,
+            })
+            .await?;
+        let Reply::Hub(record) = reply else {
+            return Err(ApiError::internal("update hub returned no hub"));
+        };
+        self.await_view(|s| {
+            s.hubs
+                .get(name)
+                .is_some_and(|h| h.throughput_units == throughput_units)
+        })
+        .await;
+        Ok(record)
     }
 
     pub async fn delete_hub(&self, name: &str) -> Result<(), ApiError> {

@@ -349,7 +349,10 @@ mod tests {
         assert_eq!(config.zone.as_deref(), Some("eu-west-1a"));
         assert_eq!(resolve(None, None).unwrap().capacity_units, 1);
         let err = resolve(Some(0), None).unwrap_err().to_string();
-        assert!(err.contains("--capacity-units must be between 1 and"), "{err}");
+        assert!(
+            err.contains("--capacity-units must be between 1 and"),
+            "{err}"
+        );
         let err = resolve(None, Some("rack 1")).unwrap_err().to_string();
         assert!(err.contains("--zone \"rack 1\" is invalid"), "{err}");
     }

@@ -13,3 +13,4 @@ mod receive_failover;
 mod rejoin;
 mod replication;
 mod script;
+mod throughput;

@@ -52,7 +52,23 @@ impl Consumer for ConsumerService {
         let start = partition.resolve(position).map_err(ApiError::from)?;
         let (tx, rx) = mpsc::channel(RECEIVE_STREAM_BATCHES_MAX);
         let closing = self.broker.closing();
-        tokio::spawn(stream_events(partition, start, max_batch, tx, closing));
+        let broker = self.broker.clone();
+        let hub_name = hub.name.clone();
+        // Egress is slowed to the hub's throughput units, never refused; TU changes apply
+        // to open readers.
+        let egress_limit = move || {
+            broker
+                .hub(&hub_name)
+                .map_or((0, 1), |h| (h.throughput_units, h.partition_count))
+        };
+        tokio::spawn(stream_events(
+            partition,
+            start,
+            max_batch,
+            tx,
+            closing,
+            egress_limit,
+        ));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
@@ -64,6 +80,7 @@ async fn stream_events(
     max_batch: usize,
     tx: mpsc::Sender<Result<pb::ReceiveResponse, Status>>,
     mut closing: tokio::sync::watch::Receiver<bool>,
+    egress_limit: impl Fn() -> (u32, u16),
 ) {
     let mut progress = partition.subscribe();
     loop {
@@ -79,6 +96,7 @@ async fn stream_events(
             next = last.sequence + 1;
             let last_enqueued = partition.progress().next_sequence - 1;
             let count = events.len() as u64;
+            let bytes: usize = events.iter().map(|e| e.record.body.len()).sum();
             let response = pb::ReceiveResponse {
                 events: events.into_iter().map(convert::received_event).collect(),
                 last_enqueued_sequence_number: last_enqueued,
@@ -87,6 +105,14 @@ async fn stream_events(
                 return;
             }
             metrics::counter!("tributary_events_out_total").increment(count);
+            let (throughput_units, partitions) = egress_limit();
+            let wait = partition.egress_wait(throughput_units, partitions, bytes, count as usize);
+            if !wait.is_zero() {
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = closing.wait_for(|c| *c) => {}
+                }
+            }
             continue;
         }
         tokio::select! {

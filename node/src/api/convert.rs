@@ -19,6 +19,7 @@ pub fn hub_properties(record: &HubRecord) -> pb::EventHubProperties {
         created_at_ms: record.created_at_ms,
         partition_ids: (0..record.partition_count).map(|p| p.to_string()).collect(),
         replication_factor: u32::from(record.replication_factor),
+        throughput_units: record.throughput_units,
     }
 }
 

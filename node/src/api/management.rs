@@ -31,7 +31,21 @@ impl Management for ManagementService {
                 req.partition_count,
                 retention,
                 replication_factor,
+                req.throughput_units,
             )
+            .await?;
+        Ok(Response::new(convert::hub_properties(&record)))
+    }
+
+    async fn update_event_hub(
+        &self,
+        request: Request<pb::UpdateEventHubRequest>,
+    ) -> Result<Response<pb::EventHubProperties>, Status> {
+        let req = request.into_inner();
+        self.broker.hub(&req.name)?;
+        let record = self
+            .broker
+            .set_throughput_units(&req.name, req.throughput_units)
             .await?;
         Ok(Response::new(convert::hub_properties(&record)))
     }

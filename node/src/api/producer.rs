@@ -67,6 +67,25 @@ impl Producer for ProducerService {
             }
         };
         let partition = self.broker.local_partition(&hub, index)?;
+        if let Err(wait) = partition.admit_ingress(
+            hub.throughput_units,
+            hub.partition_count,
+            size_bytes,
+            records.len(),
+        ) {
+            metrics::counter!("tributary_sends_throttled_total").increment(1);
+            return Err(ApiError::busy(
+                format!(
+                    "event hub '{}' is over its {} throughput unit(s) (1 MB/s or 1,000 events/s each, shared by its {} partitions). Please wait {} ms and try again, or raise its throughput units",
+                    hub.name,
+                    hub.throughput_units,
+                    hub.partition_count,
+                    wait.as_millis().max(1)
+                ),
+                wait,
+            )
+            .into());
+        }
         let started = std::time::Instant::now();
         let appended = partition
             .append(&records, producer)

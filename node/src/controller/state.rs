@@ -11,6 +11,11 @@ use tributary_types::{
 
 /// Replication factors a hub may have.
 pub const REPLICATION_FACTOR_MAX: u8 = 5;
+/// Throughput units one node capacity unit can carry.
+pub const THROUGHPUT_UNITS_PER_CAPACITY_UNIT: u64 = 10;
+/// Most throughput units one hub may reserve (as an Event Hubs namespace).
+pub const THROUGHPUT_UNITS_PER_HUB_MAX: u32 = 40;
+
 /// Replication factor when none is asked for (capped at the number of nodes).
 pub const REPLICATION_FACTOR_DEFAULT: u8 = 3;
 
@@ -69,6 +74,9 @@ pub struct HubRecord {
     pub replicas: Vec<Vec<u64>>,
     /// The state version that created the hub.
     pub created_version: u64,
+    /// Reserved throughput units (1 MB/s or 1,000 events/s in, 2 MB/s or 4,096 events/s
+    /// out each); 0: unthrottled.
+    pub throughput_units: u32,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -97,6 +105,11 @@ pub enum Command {
     DeleteHub {
         name: String,
     },
+    /// Changes a hub's reserved throughput units (0: unthrottled); applies at once.
+    SetThroughputUnits {
+        hub: String,
+        throughput_units: u32,
+    },
     CreateConsumerGroup {
         hub: String,
         name: String,
@@ -120,6 +133,8 @@ pub struct NewHub {
     pub now_ms: i64,
     /// Nodes the proposing node found up: replicas are placed on these only.
     pub live_nodes: Vec<u64>,
+    /// 0: unthrottled.
+    pub throughput_units: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -200,6 +215,15 @@ impl ClusterState {
                 Ok(Reply::Done)
             }
             Command::CreateHub(hub) => self.create_hub(hub),
+            Command::SetThroughputUnits {
+                hub,
+                throughput_units,
+            } => {
+                self.check_reservation(Some(&hub), throughput_units)?;
+                let record = self.hubs.get_mut(&hub).ok_or_else(|| hub_not_found(&hub))?;
+                record.throughput_units = throughput_units;
+                Ok(Reply::Hub(record.clone()))
+            }
             Command::DeleteHub { name } => {
                 self.hubs
                     .remove(&name)
@@ -257,6 +281,7 @@ impl ClusterState {
             partitions_max,
             now_ms,
             live_nodes,
+            throughput_units,
         } = hub;
         let live_nodes = &live_nodes[..];
         validate_hub_name(&name).map_err(|e| err(ErrorKind::InvalidArgument, e.to_string()))?;
@@ -323,6 +348,7 @@ impl ClusterState {
                 format!("an event hub named '{name}' already exists"),
             ));
         }
+        self.check_reservation(None, throughput_units)?;
         self.next_hub_id = self.next_hub_id.max(1);
         let id = HubId(self.next_hub_id);
         self.next_hub_id += 1;
@@ -337,9 +363,54 @@ impl ClusterState {
             consumer_groups: BTreeMap::from([(DEFAULT_CONSUMER_GROUP.to_string(), now_ms)]),
             replicas,
             created_version: self.version,
+            throughput_units,
         };
         self.hubs.insert(name, record.clone());
         Ok(Reply::Hub(record))
+    }
+}
+
+impl ClusterState {
+    /// Throughput units the cluster can reserve: [`THROUGHPUT_UNITS_PER_CAPACITY_UNIT`]
+    /// per capacity unit of its nodes.
+    pub fn throughput_capacity(&self) -> u64 {
+        self.nodes
+            .values()
+            .map(|n| u64::from(n.capacity_units) * THROUGHPUT_UNITS_PER_CAPACITY_UNIT)
+            .sum()
+    }
+
+    /// Refuses a reservation of `throughput_units` for `hub` (None: a new hub) that would
+    /// take the cluster's reservations past its capacity.
+    fn check_reservation(
+        &self,
+        hub: Option<&str>,
+        throughput_units: u32,
+    ) -> Result<(), CommandError> {
+        if throughput_units > THROUGHPUT_UNITS_PER_HUB_MAX {
+            return Err(err(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "an event hub reserves at most {THROUGHPUT_UNITS_PER_HUB_MAX} throughput units; {throughput_units} were requested"
+                ),
+            ));
+        }
+        let others: u64 = self
+            .hubs
+            .values()
+            .filter(|h| Some(h.name.as_str()) != hub)
+            .map(|h| u64::from(h.throughput_units))
+            .sum();
+        let capacity = self.throughput_capacity();
+        if others + u64::from(throughput_units) > capacity {
+            return Err(err(
+                ErrorKind::QuotaExceeded,
+                format!(
+                    "reserving {throughput_units} throughput units would exceed the cluster's capacity: {capacity} units ({THROUGHPUT_UNITS_PER_CAPACITY_UNIT} per node capacity unit), {others} already reserved by other event hubs. Reserve fewer or add capacity"
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -396,6 +467,7 @@ mod tests {
             partitions_max: 1024,
             now_ms: 5,
             live_nodes: state.nodes.keys().copied().collect(),
+            throughput_units: 0,
         }))
     }
 
@@ -510,6 +582,7 @@ mod tests {
                 partitions_max: 1024,
                 now_ms: 5,
                 live_nodes: live,
+                throughput_units: 0,
             }))
         };
         let err = command(3, vec![1, 4]).unwrap_err();
@@ -524,6 +597,60 @@ mod tests {
             panic!()
         };
         assert!(hub.replicas.iter().flatten().all(|n| *n != 3));
+    }
+
+    #[test]
+    fn throughput_reservations_stay_within_capacity() {
+        let mut state = cluster(2); // 2 CUs: 20 TUs
+        let new = |name: &str, tu: u32| {
+            Command::CreateHub(NewHub {
+                name: name.into(),
+                partition_count: 2,
+                retention_ms: 24 * 3600 * 1000,
+                replication_factor: Some(1),
+                partitions_max: 1024,
+                now_ms: 1,
+                live_nodes: vec![1, 2],
+                throughput_units: tu,
+            })
+        };
+        state.apply(new("a", 12)).unwrap();
+        let err = state.apply(new("b", 9)).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::QuotaExceeded);
+        assert!(
+            err.message.contains("capacity: 20 units"),
+            "{}",
+            err.message
+        );
+        assert!(
+            err.message.contains("12 already reserved"),
+            "{}",
+            err.message
+        );
+        state.apply(new("b", 8)).unwrap();
+        // Changing a hub's own reservation does not count its old one twice.
+        let set = |hub: &str, tu: u32| Command::SetThroughputUnits {
+            hub: hub.into(),
+            throughput_units: tu,
+        };
+        let Reply::Hub(hub) = state.apply(set("a", 12)).unwrap() else {
+            panic!()
+        };
+        assert_eq!(hub.throughput_units, 12);
+        assert_eq!(
+            state.apply(set("a", 13)).unwrap_err().kind,
+            ErrorKind::QuotaExceeded
+        );
+        state.apply(set("a", 2)).unwrap();
+        assert_eq!(state.hubs["a"].throughput_units, 2);
+        assert_eq!(
+            state.apply(set("zz", 1)).unwrap_err().kind,
+            ErrorKind::NotFound
+        );
+        assert_eq!(
+            state.apply(set("a", 41)).unwrap_err().kind,
+            ErrorKind::InvalidArgument
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 pub mod codec;
 pub mod position;
 pub mod state_machine;
+pub mod throttle;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -83,6 +84,9 @@ pub struct Partition {
     /// The leader term in which this replica has applied everything committed before it
     /// became leader (0: none yet). Reads are served only then.
     caught_up_term: AtomicU64,
+    /// This partition's share of its hub's throughput units, in and out.
+    ingress: Mutex<throttle::Throttle>,
+    egress: Mutex<throttle::Throttle>,
 }
 
 impl std::fmt::Debug for Partition {
@@ -135,6 +139,8 @@ impl Partition {
             inflight: Semaphore::new(PARTITION_INFLIGHT_SENDS_MAX),
             read_calls: AtomicU64::new(0),
             caught_up_term: AtomicU64::new(0),
+            ingress: Mutex::new(throttle::Throttle::new()),
+            egress: Mutex::new(throttle::Throttle::new()),
         })
     }
 
@@ -206,6 +212,58 @@ impl Partition {
             .wait(Some(timeout))
             .metrics(|m| m.current_leader.is_some(), "partition leader known")
             .await;
+    }
+
+    /// Admits a send of `bytes` and `events` within the partition's share of its hub's
+    /// throughput units (0: unthrottled), or says how long to wait.
+    pub fn admit_ingress(
+        &self,
+        throughput_units: u32,
+        partition_count: u16,
+        bytes: usize,
+        events: usize,
+    ) -> Result<(), Duration> {
+        let Some((bytes_per_s, events_per_s)) = throttle::partition_share(
+            throughput_units,
+            partition_count,
+            throttle::INGRESS_BYTES_PER_TU,
+            throttle::INGRESS_EVENTS_PER_TU,
+        ) else {
+            return Ok(());
+        };
+        self.ingress.lock().expect("throttle lock").admit(
+            self.clock.now_ms(),
+            bytes_per_s,
+            events_per_s,
+            bytes as f64,
+            events as f64,
+        )
+    }
+
+    /// Records `bytes` and `events` delivered to a reader and returns how long the reader
+    /// should pause to stay within the partition's share of its hub's egress rate.
+    pub fn egress_wait(
+        &self,
+        throughput_units: u32,
+        partition_count: u16,
+        bytes: usize,
+        events: usize,
+    ) -> Duration {
+        let Some((bytes_per_s, events_per_s)) = throttle::partition_share(
+            throughput_units,
+            partition_count,
+            throttle::EGRESS_BYTES_PER_TU,
+            throttle::EGRESS_EVENTS_PER_TU,
+        ) else {
+            return Duration::ZERO;
+        };
+        self.egress.lock().expect("throttle lock").consume(
+            self.clock.now_ms(),
+            bytes_per_s,
+            events_per_s,
+            bytes as f64,
+            events as f64,
+        )
     }
 
     /// Whether this node leads the partition.
