@@ -252,6 +252,17 @@ impl Client {
         self.unwrap(response)
     }
 
+    /// Drains node `node_id` (`drain`: every partition leader moves off it, for
+    /// maintenance or a rolling restart; its replicas stay and keep up), or lets leaders
+    /// return to it (`drain` false).
+    pub async fn drain_node(&self, node_id: u64, drain: bool) -> Result<(), ClientError> {
+        let response = self
+            .management()
+            .drain_node(proto::DrainNodeRequest { node_id, drain })
+            .await;
+        self.unwrap(response).map(|_| ())
+    }
+
     fn management(&self) -> ManagementStub<Channel> {
         ManagementStub::new(self.channel.clone())
     }

@@ -247,7 +247,11 @@ impl Broker {
             match tributary_raft::reconcile_voters(partition.raft(), partition.member(), &desired)
                 .await
             {
-                Ok(tributary_raft::VoterChange::Nothing) => {}
+                Ok(tributary_raft::VoterChange::Nothing) => {
+                    if self.move_leadership(state, &partition, replicas).await {
+                        busy = true;
+                    }
+                }
                 Ok(change) => {
                     tracing::info!(group = %partition.group, ?change, "partition voters changing");
                     busy = true;
@@ -259,6 +263,60 @@ impl Broker {
             }
         }
         busy
+    }
+
+    /// Leadership goes to the partition's preferred replica (the first; placement spreads
+    /// them evenly), and never stays on a draining node: a draining leader hands over to
+    /// the first caught-up replica that is not draining. Returns whether it handed over.
+    async fn move_leadership(
+        &self,
+        state: &ClusterState,
+        partition: &Partition,
+        replicas: &[u64],
+    ) -> bool {
+        let draining = |n: &u64| state.nodes.get(n).is_none_or(|r| r.draining);
+        let me = self.node_id().0;
+        let candidates: Vec<u64> = if draining(&me) {
+            replicas.iter().filter(|n| !draining(n)).copied().collect()
+        } else {
+            replicas
+                .first()
+                .filter(|preferred| **preferred != me && !draining(preferred))
+                .into_iter()
+                .copied()
+                .collect()
+        };
+        let members: Vec<u64> = candidates
+            .iter()
+            .filter_map(|n| state.nodes.get(n).map(|r| r.member()))
+            .collect();
+        if members.is_empty() {
+            return false;
+        }
+        match tributary_raft::transfer_leadership(partition.raft(), partition.member(), &members)
+            .await
+        {
+            Ok(Some(to)) => {
+                tracing::info!(group = %partition.group, to = %tributary_raft::describe_member(to), "handing partition leadership over");
+                true
+            }
+            // Not caught up yet: look again soon.
+            Ok(None) => partition.is_leader(),
+            Err(err) => {
+                tracing::warn!(group = %partition.group, %err, "leadership transfer failed");
+                true
+            }
+        }
+    }
+
+    /// Drains a node (its leaders move away) or lets leaders return to it.
+    pub async fn set_draining(&self, node: u64, draining: bool) -> Result<(), ApiError> {
+        self.runtime
+            .propose(Command::SetDraining { node, draining })
+            .await?;
+        self.await_view(|s| s.nodes.get(&node).is_some_and(|n| n.draining == draining))
+            .await;
+        Ok(())
     }
 
     pub fn hub(&self, name: &str) -> Result<HubRecord, ApiError> {
@@ -300,7 +358,7 @@ impl Broker {
         let retention = retention.unwrap_or(tributary_types::limits::RETENTION_DEFAULT);
         // Replicas go to nodes that are up now; a replication factor above their number
         // is refused.
-        let live_nodes = crate::status::live_nodes(&self.runtime).await;
+        let down_nodes = crate::status::down_nodes(&self.runtime).await;
         let reply = self
             .runtime
             .propose(Command::CreateHub(NewHub {
@@ -310,7 +368,7 @@ impl Broker {
                 replication_factor,
                 partitions_max: self.limits.partitions_per_hub_max,
                 now_ms: self.clock.now_ms(),
-                live_nodes,
+                down_nodes,
                 throughput_units,
             }))
             .await?;

@@ -21,6 +21,10 @@ use crate::group::GroupStateMachine;
 /// in time is shown as down.
 const NODE_STATUS_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// Status requests a node may miss before placement counts it as down.
+const LIVENESS_PROBES: u32 = 3;
+const LIVENESS_PROBE_PAUSE: Duration = Duration::from_millis(300);
+
 /// The local report of the groups this node runs.
 pub fn local_status(host: &GroupHost<GroupStateMachine>) -> LocalStatusReply {
     let groups = host
@@ -73,21 +77,40 @@ async fn remote_status(peer_addr: &str) -> Option<LocalStatusReply> {
     let mut client = NodeStatusClient::new(channel);
     match tokio::time::timeout(NODE_STATUS_TIMEOUT, client.local_status(request)).await {
         Ok(Ok(reply)) => Some(reply.into_inner()),
-        _ => None,
+        Ok(Err(status)) => {
+            tracing::debug!(%peer_addr, %status, "node status request failed");
+            None
+        }
+        Err(_) => {
+            tracing::debug!(%peer_addr, "node status request timed out");
+            None
+        }
     }
 }
 
-/// The registered nodes that answer now (this node always does).
-pub async fn live_nodes(runtime: &ClusterRuntime) -> Vec<u64> {
+/// The nodes this node knows of that do not answer now.
+pub async fn down_nodes(runtime: &ClusterRuntime) -> Vec<u64> {
     let state = runtime.state();
     let answers = futures::future::join_all(state.nodes.values().map(|node| async move {
-        let up = node.id == runtime.me.id || remote_status(&node.peer_addr).await.is_some();
-        (node.id, up)
+        if node.id == runtime.me.id {
+            return (node.id, true);
+        }
+        // A few tries: one missed answer must not make a node look dead.
+        for attempt in 0..LIVENESS_PROBES {
+            if remote_status(&node.peer_addr).await.is_some() {
+                return (node.id, true);
+            }
+            if attempt + 1 < LIVENESS_PROBES {
+                tokio::time::sleep(LIVENESS_PROBE_PAUSE).await;
+            }
+        }
+        tracing::info!(node = node.id, addr = %node.peer_addr, "node does not answer: counted as down");
+        (node.id, false)
     }))
     .await;
     answers
         .into_iter()
-        .filter(|(_, up)| *up)
+        .filter(|(_, up)| !*up)
         .map(|(id, _)| id)
         .collect()
 }
@@ -145,6 +168,7 @@ pub async fn cluster_status(runtime: &ClusterRuntime) -> pb::ClusterStatus {
                 .filter(|r| r.contains(&n.id))
                 .count() as u32,
             leaders: 0,
+            draining: n.draining,
         })
         .collect();
     let mut partitions = Vec::new();

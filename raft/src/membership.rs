@@ -90,3 +90,40 @@ where
         to: wanted.into_iter().collect(),
     })
 }
+
+/// On the leader: hands leadership to the first of `candidates` (member ids, in order of
+/// preference) that is a voter and has stored everything the leader has. Returns the
+/// member it was handed to, or `None` when this replica does not lead or no candidate is
+/// ready yet (call again later).
+pub async fn transfer_leadership<SM>(
+    raft: &Raft<SM>,
+    me: u64,
+    candidates: &[u64],
+) -> Result<Option<u64>, String>
+where
+    SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
+{
+    let target = {
+        let metrics = raft.metrics();
+        let m = metrics.borrow_watched();
+        if m.current_leader != Some(me) {
+            return Ok(None);
+        }
+        let voters: BTreeSet<u64> = m.membership_config.membership().voter_ids().collect();
+        let last_log = m.last_log_index;
+        let matched = m.replication.clone().unwrap_or_default();
+        candidates.iter().copied().find(|c| {
+            *c != me
+                && voters.contains(c)
+                && matched.get(c).copied().flatten().map(|id| id.index) == last_log
+        })
+    };
+    let Some(target) = target else {
+        return Ok(None);
+    };
+    raft.trigger()
+        .transfer_leader(target)
+        .await
+        .map_err(|e| format!("transferring leadership to {target}: {e}"))?;
+    Ok(Some(target))
+}

@@ -17,6 +17,37 @@ pub enum ClusterCommand {
     Status,
 }
 
+#[derive(Debug, clap::Subcommand)]
+pub enum NodeCommand {
+    /// Move every partition leader off node N (its replicas stay and keep up), e.g. before
+    /// restarting it; it stays drained, across restarts, until `node undrain N`.
+    Drain {
+        /// The node's id (`tributary cluster status` lists them).
+        node_id: u64,
+    },
+    /// Let partition leaders return to node N.
+    Undrain {
+        /// The node's id.
+        node_id: u64,
+    },
+}
+
+pub(crate) async fn run_node(client: &Client, command: NodeCommand) -> anyhow::Result<()> {
+    match command {
+        NodeCommand::Drain { node_id } => {
+            client.drain_node(node_id, true).await?;
+            println!(
+                "node {node_id} is draining: its partition leaders are moving to other replicas"
+            );
+        }
+        NodeCommand::Undrain { node_id } => {
+            client.drain_node(node_id, false).await?;
+            println!("node {node_id} is no longer drained: leaders may return to it");
+        }
+    }
+    Ok(())
+}
+
 pub(crate) async fn run(
     client: &Client,
     output: OutputFormat,
@@ -63,7 +94,12 @@ fn status_text(status: &ClusterStatus) -> String {
     for node in &status.nodes {
         nodes.row(vec![
             node.id.to_string(),
-            if node.up { "up" } else { "down" }.to_string(),
+            match (node.up, node.draining) {
+                (false, _) => "down",
+                (true, true) => "draining",
+                (true, false) => "up",
+            }
+            .to_string(),
             if node.controller_voter { "voter" } else { "-" }.to_string(),
             node.capacity_units.to_string(),
             if node.zone.is_empty() {
@@ -127,6 +163,7 @@ fn status_json(status: &ClusterStatus) -> serde_json::Value {
             "zone": if n.zone.is_empty() { serde_json::Value::Null } else { json!(n.zone) },
             "replicas": n.replicas,
             "leaders": n.leaders,
+            "draining": n.draining,
             "up": n.up,
             "controller_voter": n.controller_voter,
             "client_addr": n.client_addr,
@@ -169,6 +206,7 @@ mod tests {
                     zone: String::new(),
                     replicas: 1,
                     leaders: 0,
+                    draining: false,
                 },
                 NodeStatus {
                     id: 2,
@@ -180,6 +218,7 @@ mod tests {
                     zone: "rack-b".into(),
                     replicas: 1,
                     leaders: 1,
+                    draining: false,
                 },
             ],
             partitions: vec![PartitionStatus {

@@ -60,6 +60,9 @@ pub enum CliCommand {
     /// Inspect the cluster.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
+    /// Drain a node for maintenance, or let leaders return to it.
+    #[command(subcommand)]
+    Node(cluster::NodeCommand),
     /// Look inside the node at --endpoint (e.g. list its replica of a partition).
     #[command(subcommand)]
     Debug(DebugCommand),
@@ -75,6 +78,7 @@ pub async fn run(globals: CliGlobals, command: CliCommand) -> anyhow::Result<()>
         CliCommand::Send(args) => send::run(&client, output, args).await,
         CliCommand::Receive(args) => receive::run(&client, output, args).await,
         CliCommand::Cluster(command) => cluster::run(&client, output, command).await,
+        CliCommand::Node(command) => cluster::run_node(&client, command).await,
         CliCommand::Debug(command) => debug::run(&client, command).await,
     }
 }
@@ -116,6 +120,8 @@ mod tests {
             "24h",
             "--replication-factor",
             "3",
+            "--throughput-units",
+            "2",
         ])
         .unwrap();
         let CliCommand::Hub(HubCommand::Create {
@@ -123,6 +129,7 @@ mod tests {
             partitions,
             retention,
             replication_factor,
+            throughput_units,
         }) = cli.command
         else {
             panic!("expected hub create");
@@ -130,6 +137,12 @@ mod tests {
         assert_eq!((name.as_str(), partitions), ("orders", 4));
         assert_eq!(retention, Some(std::time::Duration::from_secs(86_400)));
         assert_eq!(replication_factor, Some(3));
+        assert_eq!(throughput_units, 2);
+        let cli = parse(&["node", "drain", "3"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            CliCommand::Node(cluster::NodeCommand::Drain { node_id: 3 })
+        ));
 
         let cli = parse(&["receive", "orders", "--partition", "0", "--output", "json"]).unwrap();
         assert_eq!(cli.globals.output, OutputFormat::Json);

@@ -6,6 +6,7 @@ mod bench_failover;
 mod cli;
 mod crash;
 mod data_dir;
+mod drain;
 mod failover;
 mod help;
 mod idempotent;

@@ -37,6 +37,15 @@ impl Management for ManagementService {
         Ok(Response::new(convert::hub_properties(&record)))
     }
 
+    async fn drain_node(
+        &self,
+        request: Request<pb::DrainNodeRequest>,
+    ) -> Result<Response<pb::DrainNodeResponse>, Status> {
+        let req = request.into_inner();
+        self.broker.set_draining(req.node_id, req.drain).await?;
+        Ok(Response::new(pb::DrainNodeResponse {}))
+    }
+
     async fn update_event_hub(
         &self,
         request: Request<pb::UpdateEventHubRequest>,

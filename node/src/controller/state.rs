@@ -37,6 +37,8 @@ pub struct NodeRecord {
     pub capacity_units: u32,
     /// Failure domain (`--zone`).
     pub zone: Option<String>,
+    /// Drained for maintenance: leads no partition (its replicas stay and keep up).
+    pub draining: bool,
 }
 
 impl NodeRecord {
@@ -51,6 +53,7 @@ impl NodeRecord {
             incarnation_version: 0,
             capacity_units: 1,
             zone: None,
+            draining: false,
         }
     }
 
@@ -105,6 +108,12 @@ pub enum Command {
     DeleteHub {
         name: String,
     },
+    /// Moves every partition leader off a node (maintenance, rolling restarts), or lets
+    /// leaders return.
+    SetDraining {
+        node: u64,
+        draining: bool,
+    },
     /// Changes a hub's reserved throughput units (0: unthrottled); applies at once.
     SetThroughputUnits {
         hub: String,
@@ -131,8 +140,9 @@ pub struct NewHub {
     pub replication_factor: Option<u8>,
     pub partitions_max: u16,
     pub now_ms: i64,
-    /// Nodes the proposing node found up: replicas are placed on these only.
-    pub live_nodes: Vec<u64>,
+    /// Nodes the proposing node found down: no replicas are placed on them. (Nodes it
+    /// did not know of yet count as up.)
+    pub down_nodes: Vec<u64>,
     /// 0: unthrottled.
     pub throughput_units: u32,
 }
@@ -186,11 +196,24 @@ impl ClusterState {
                 }
                 Ok(Reply::Done)
             }
+            Command::SetDraining { node, draining } => {
+                let record = self.nodes.get_mut(&node).ok_or_else(|| {
+                    err(
+                        ErrorKind::NotFound,
+                        format!(
+                            "node {node} is not part of this cluster; `tributary cluster status` lists its nodes"
+                        ),
+                    )
+                })?;
+                record.draining = draining;
+                Ok(Reply::Done)
+            }
             Command::RegisterNode(mut node) => {
                 match self.nodes.get(&node.id) {
                     Some(known) if known.data_id == node.data_id => {
                         node.incarnation = known.incarnation;
                         node.incarnation_version = known.incarnation_version;
+                        node.draining = known.draining;
                     }
                     Some(known) => {
                         // The node lost its data: its replicas come back as new members.
@@ -280,10 +303,9 @@ impl ClusterState {
             replication_factor,
             partitions_max,
             now_ms,
-            live_nodes,
+            down_nodes,
             throughput_units,
         } = hub;
-        let live_nodes = &live_nodes[..];
         validate_hub_name(&name).map_err(|e| err(ErrorKind::InvalidArgument, e.to_string()))?;
         if partition_count == 0 || partition_count > u32::from(partitions_max) {
             return Err(err(
@@ -307,13 +329,13 @@ impl ClusterState {
             .nodes
             .keys()
             .copied()
-            .filter(|n| live_nodes.contains(n))
+            .filter(|n| !down_nodes.contains(n))
             .collect();
         let down: Vec<u64> = self
             .nodes
             .keys()
             .copied()
-            .filter(|n| !live_nodes.contains(n))
+            .filter(|n| down_nodes.contains(n))
             .collect();
         let replication_factor = match replication_factor {
             None => REPLICATION_FACTOR_DEFAULT.min(nodes.len().max(1) as u8),
@@ -466,7 +488,7 @@ mod tests {
             replication_factor: rf,
             partitions_max: 1024,
             now_ms: 5,
-            live_nodes: state.nodes.keys().copied().collect(),
+            down_nodes: Vec::new(),
             throughput_units: 0,
         }))
     }
@@ -573,19 +595,19 @@ mod tests {
     #[test]
     fn replicas_go_to_live_nodes_only() {
         let mut state = cluster(4);
-        let mut command = |rf: u8, live: Vec<u64>| {
+        let mut command = |rf: u8, down: Vec<u64>| {
             state.apply(Command::CreateHub(NewHub {
-                name: format!("h{rf}{}", live.len()),
+                name: format!("h{rf}{}", down.len()),
                 partition_count: 8,
                 retention_ms: 24 * 3600 * 1000,
                 replication_factor: Some(rf),
                 partitions_max: 1024,
                 now_ms: 5,
-                live_nodes: live,
+                down_nodes: down,
                 throughput_units: 0,
             }))
         };
-        let err = command(3, vec![1, 4]).unwrap_err();
+        let err = command(3, vec![2, 3]).unwrap_err();
         assert_eq!(err.kind, ErrorKind::InvalidArgument);
         assert!(
             err.message
@@ -593,7 +615,7 @@ mod tests {
             "{}",
             err.message
         );
-        let Reply::Hub(hub) = command(3, vec![1, 2, 4]).unwrap() else {
+        let Reply::Hub(hub) = command(3, vec![3]).unwrap() else {
             panic!()
         };
         assert!(hub.replicas.iter().flatten().all(|n| *n != 3));
@@ -610,7 +632,7 @@ mod tests {
                 replication_factor: Some(1),
                 partitions_max: 1024,
                 now_ms: 1,
-                live_nodes: vec![1, 2],
+                down_nodes: Vec::new(),
                 throughput_units: tu,
             })
         };
@@ -651,6 +673,35 @@ mod tests {
             state.apply(set("a", 41)).unwrap_err().kind,
             ErrorKind::InvalidArgument
         );
+    }
+
+    #[test]
+    fn draining_is_remembered_across_registrations_and_unknown_nodes_are_refused() {
+        let mut state = cluster(3);
+        state
+            .apply(Command::SetDraining {
+                node: 2,
+                draining: true,
+            })
+            .unwrap();
+        // A restart (same data) keeps the node drained.
+        state
+            .apply(Command::RegisterNode(NodeRecord::new(
+                2,
+                "c2".into(),
+                "p2".into(),
+                102,
+            )))
+            .unwrap();
+        assert!(state.nodes[&2].draining);
+        let err = state
+            .apply(Command::SetDraining {
+                node: 9,
+                draining: true,
+            })
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::NotFound);
+        assert!(err.message.contains("node 9 is not part of this cluster"));
     }
 
     #[test]

@@ -1,0 +1,141 @@
+//! Leadership: a new hub's leaders spread evenly (each partition's preferred replica leads);
+//! `node drain` moves every leader off a node with no failed send from a retrying
+//! producer; `node undrain` lets them return. Draining an unknown node is a clear error.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tributary_client::{Client, EventData, SendTarget};
+use tributary_cluster_tests::{LocalCluster, TestDir, cli, cli_ok, describe_output};
+
+const PARTITIONS: u32 = 12;
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Leaders per node id, as the cluster status reports them.
+async fn leaders(client: &Client) -> Vec<(u64, u32)> {
+    let status = client.cluster_status().await.unwrap();
+    status.nodes.iter().map(|n| (n.id, n.leaders)).collect()
+}
+
+/// Waits until `done` holds for the leader counts; returns how long it took.
+async fn await_leaders(
+    client: &Client,
+    what: &str,
+    done: impl Fn(&[(u64, u32)]) -> bool,
+) -> Duration {
+    let started = Instant::now();
+    loop {
+        let counts = leaders(client).await;
+        if done(&counts) {
+            println!("{what} after {:?}: {counts:?}", started.elapsed());
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < SETTLE_TIMEOUT,
+            "{what} did not happen within {SETTLE_TIMEOUT:?}: {counts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_moves_every_leader_away_without_failed_sends_and_undrain_brings_them_back() {
+    let dir = TestDir::new("drain");
+    let cluster = LocalCluster::start(dir.path(), 3).await;
+    let endpoints = cluster.endpoints();
+    let client = Client::connect(&endpoints[1]).await.unwrap();
+    client
+        .create_replicated_event_hub("drained", PARTITIONS, None, Some(3))
+        .await
+        .unwrap();
+    let even = |counts: &[(u64, u32)]| counts.iter().all(|(_, l)| *l == PARTITIONS / 3);
+    await_leaders(&client, "leaders spread evenly", even).await;
+
+    // A producer with the SDK's retries sends to every partition in turn throughout.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (sent, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let producer = tokio::spawn({
+        let (stop, sent, failed) = (stop.clone(), sent.clone(), failed.clone());
+        let producer = client.producer();
+        async move {
+            let mut i = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                let partition = (i % PARTITIONS).to_string();
+                match producer
+                    .send(
+                        "drained",
+                        SendTarget::PartitionId(partition),
+                        [EventData::from_body(format!("e{i}"))],
+                    )
+                    .await
+                {
+                    Ok(_) => sent.fetch_add(1, Ordering::Relaxed),
+                    Err(err) => {
+                        eprintln!("send {i} failed: {err}");
+                        failed.fetch_add(1, Ordering::Relaxed)
+                    }
+                };
+                i += 1;
+            }
+        }
+    });
+
+    let await_sends = |at_least: u64| {
+        let sent = sent.clone();
+        async move {
+            let started = Instant::now();
+            while sent.load(Ordering::Relaxed) < at_least {
+                assert!(started.elapsed() < SETTLE_TIMEOUT, "the producer is stuck");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    await_sends(20).await;
+    cli_ok(&endpoints[0], &["node", "drain", "1"]).await;
+    // Every node's status shows it drained (each node's view follows the controller).
+    let drained_at = Instant::now();
+    loop {
+        let status = client.cluster_status().await.unwrap();
+        if status.nodes.iter().any(|n| n.id == 1 && n.draining) {
+            break;
+        }
+        assert!(drained_at.elapsed() < SETTLE_TIMEOUT, "{status:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let took = await_leaders(&client, "node 1 drained", |counts| {
+        counts.iter().any(|(id, l)| *id == 1 && *l == 0)
+    })
+    .await;
+    println!("drain moved every leader off node 1 in {took:?}");
+
+    cli_ok(&endpoints[2], &["node", "undrain", "1"]).await;
+    await_leaders(&client, "leaders back on node 1", even).await;
+
+    // Sends keep flowing after the leaders returned.
+    await_sends(sent.load(Ordering::Relaxed) + 20).await;
+    stop.store(true, Ordering::Relaxed);
+    producer.await.unwrap();
+    let (sent, failed) = (sent.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    println!("{sent} sends acknowledged, {failed} failed");
+    assert!(sent > 0);
+    assert_eq!(
+        failed, 0,
+        "a retrying producer saw failed sends during the drain"
+    );
+
+    // An unknown node: a clear error, and the cluster keeps serving.
+    let output = cli(&endpoints[0], &["node", "drain", "9"]).await;
+    assert!(!output.status.success(), "{}", describe_output(&output));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("node 9 is not part of this cluster"),
+        "{stderr}"
+    );
+    client
+        .producer()
+        .send("drained", SendTarget::Any, [EventData::from_body("still")])
+        .await
+        .unwrap();
+}
