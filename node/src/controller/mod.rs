@@ -1,5 +1,6 @@
 //! The controller: the metadata Raft group (`GroupId::CONTROLLER`) holding nodes, hubs,
 //! consumer groups and every partition's replica set.
 
+pub mod planner;
 pub mod state;
 pub mod state_machine;
