@@ -90,6 +90,7 @@ mod tests {
             peer_addr: String::new(),
             up,
             controller_voter: true,
+            ..Default::default()
         }
     }
 
@@ -104,6 +105,7 @@ mod tests {
 
     fn status(leader: u64, replicas: Vec<ReplicaStatus>) -> ClusterStatus {
         ClusterStatus {
+            under_replicated: 0,
             cluster_id: "c".into(),
             controller_leader: 1,
             nodes: vec![node(1, true), node(2, true), node(3, true)],
