@@ -67,7 +67,8 @@ impl LocalCluster {
     }
 
     /// The index in `nodes` of the running node that leads `partition_id` of `event_hub`,
-    /// as the cluster status (asked through a running node) says; waits until there is one.
+    /// as the cluster status (asked through a running node) says; waits until there is one
+    /// and leadership has settled (on the preferred replica, unless that one is down).
     pub async fn partition_leader(&self, event_hub: &str, partition_id: &str) -> usize {
         let deadline = Instant::now() + READY_TIMEOUT;
         let mut last_seen = String::from("no running node answered");
@@ -83,11 +84,22 @@ impl LocalCluster {
                         continue;
                     }
                 };
+                // Leadership returns to the preferred (first) replica when it is up: wait
+                // for that, so the leader found does not move away right after.
                 let leader = status
                     .partitions
                     .iter()
                     .find(|p| p.event_hub == event_hub && p.partition_id == partition_id)
-                    .map(|p| p.leader);
+                    .map(|p| p.leader)
+                    .filter(|leader| {
+                        let partition = status
+                            .partitions
+                            .iter()
+                            .find(|p| p.event_hub == event_hub && p.partition_id == partition_id);
+                        partition
+                            .and_then(|p| p.replicas.first())
+                            .is_none_or(|preferred| !preferred.up || preferred.node == *leader)
+                    });
                 last_seen = format!("leader {leader:?} in {status:?}");
                 let index = leader
                     .filter(|id| *id > 0)
