@@ -263,6 +263,32 @@ impl Client {
         self.unwrap(response).map(|_| ())
     }
 
+    /// Decommissions node `node_id` (`decommission`: the placement controller moves every
+    /// replica off it, after which it can be removed), or stops doing so.
+    pub async fn decommission_node(
+        &self,
+        node_id: u64,
+        decommission: bool,
+    ) -> Result<(), ClientError> {
+        let response = self
+            .management()
+            .decommission_node(proto::DecommissionNodeRequest {
+                node_id,
+                decommission,
+            })
+            .await;
+        self.unwrap(response).map(|_| ())
+    }
+
+    /// The replica and leader moves the placement controller would make now.
+    pub async fn plan_rebalance(&self) -> Result<proto::PlanRebalanceResponse, ClientError> {
+        let response = self
+            .management()
+            .plan_rebalance(proto::PlanRebalanceRequest {})
+            .await;
+        self.unwrap(response)
+    }
+
     fn management(&self) -> ManagementStub<Channel> {
         ManagementStub::new(self.channel.clone())
     }

@@ -61,6 +61,32 @@ impl LocalCluster {
         LocalCluster { nodes, seeds }
     }
 
+    /// Starts node `nodes.len() + 1`, joining through the existing nodes, with extra flags
+    /// (e.g. `--capacity-units 2`) and environment variables; waits until it is ready and
+    /// returns its index in `nodes`.
+    pub async fn add_node(
+        &mut self,
+        dir: &Path,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> usize {
+        let id = self.nodes.len() + 1;
+        let mut args = vec![
+            "--node-id".to_string(),
+            id.to_string(),
+            "--seeds".to_string(),
+            self.seeds.clone(),
+        ];
+        args.extend(extra_args.iter().map(|a| a.to_string()));
+        let ports = NodePorts::free();
+        let mut node =
+            NodeProcess::launch_with_env(&dir.join(format!("node-{id}")), ports, &args, env);
+        node.wait_ready().await;
+        self.seeds = format!("{},127.0.0.1:{}", self.seeds, ports.peer);
+        self.nodes.push(node);
+        id - 1
+    }
+
     /// Client endpoints of every node.
     pub fn endpoints(&self) -> Vec<String> {
         self.nodes.iter().map(NodeProcess::endpoint).collect()

@@ -48,6 +48,8 @@ pub struct Broker {
     reconciled: tokio::sync::watch::Sender<u64>,
     /// Reconciliation runs one pass at a time.
     reconcile: tokio::sync::Mutex<()>,
+    /// Set once the stored groups no longer assigned here have been dropped (first pass).
+    swept: std::sync::atomic::AtomicBool,
     /// Set when the node shuts down: open reader streams end so the server can drain.
     closing: tokio::sync::watch::Sender<bool>,
 }
@@ -69,8 +71,16 @@ impl Broker {
             round_robin: AtomicU64::new(0),
             reconciled: tokio::sync::watch::channel(0).0,
             reconcile: tokio::sync::Mutex::new(()),
+            swept: std::sync::atomic::AtomicBool::new(false),
             closing: tokio::sync::watch::channel(false).0,
         })
+    }
+
+    /// Whether the first reconciliation pass is done: assigned replicas started, stored
+    /// replicas no longer assigned dropped. Until then the node receives no replica moves,
+    /// so a stale copy is never taken for a new one.
+    pub fn is_ready(&self) -> bool {
+        self.swept.load(Ordering::Relaxed)
     }
 
     pub fn runtime(&self) -> &Arc<ClusterRuntime> {
@@ -128,7 +138,10 @@ impl Broker {
         let mut wanted: HashSet<GroupId> = HashSet::new();
         for hub in state.hubs.values() {
             for (p, replicas) in hub.replicas.iter().enumerate() {
-                if !replicas.contains(&me) {
+                // A replica moving here starts empty and waits for the partition's leader
+                // to add it.
+                let moving_here = state.move_of(hub.id, p as u16).is_some_and(|m| m.to == me);
+                if !replicas.contains(&me) && !moving_here {
                     continue;
                 }
                 let group = GroupId::new(hub.id, PartitionId(p as u16), 0);
@@ -144,7 +157,9 @@ impl Broker {
                 // The preferred leader initializes a new group with every replica. A hub
                 // older than this node's data existed before it: its groups are running
                 // elsewhere and bring this replica in as a new member.
-                let new_group = hub.created_version > me_record.incarnation_version;
+                let new_group = hub.created_version > me_record.incarnation_version
+                    && !hub.moved.contains(&(p as u16))
+                    && !moving_here;
                 let members: BTreeMap<u64, String> = if replicas[0] == me && new_group {
                     replicas
                         .iter()
@@ -189,6 +204,32 @@ impl Broker {
                 .map_err(|e| PartitionError::Storage(e.to_string()))?;
             tracing::info!(%group, "replica removed");
         }
+        if !self.swept.load(Ordering::Relaxed) {
+            self.drop_stale_replicas(&wanted).await?;
+            self.swept.store(true, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Drops the stored replicas this node holds but is no longer assigned: while it was
+    /// away (dead past the timeout, or stopped during a decommission) the placement
+    /// controller re-created them elsewhere and removed this node from their groups.
+    async fn drop_stale_replicas(&self, wanted: &HashSet<GroupId>) -> Result<(), PartitionError> {
+        let storage = |e: tributary_storage::StorageError| PartitionError::Storage(e.to_string());
+        for shard in &self.shards {
+            for group in shard.groups().map_err(storage)? {
+                // Hub id 0 is the controller group.
+                if group.hub.0 == 0 || wanted.contains(&group) {
+                    continue;
+                }
+                shard
+                    .write(vec![Mutation::DeleteGroup { group }], Durability::Immediate)
+                    .await
+                    .map_err(storage)?;
+                metrics::counter!("tributary_stale_replicas_dropped_total").increment(1);
+                tracing::info!(%group, "stale replica dropped: no longer assigned to this node");
+            }
+        }
         Ok(())
     }
 
@@ -229,10 +270,16 @@ impl Broker {
             let Some(hub) = hubs.get(&partition.group.hub) else {
                 continue;
             };
-            let Some(replicas) = hub.replicas.get(usize::from(partition.group.partition.0)) else {
+            let index = partition.group.partition.0;
+            let Some(replicas) = hub.replicas.get(usize::from(index)) else {
                 continue;
             };
-            let Some(desired) = replicas
+            // A replica move under way: the voters become its target (the new replica
+            // joins as a learner, catches up, and replaces the old one in one change).
+            let target = state.move_of(hub.id, index).map(|m| m.target(replicas));
+            let Some(desired) = target
+                .as_deref()
+                .unwrap_or(replicas)
                 .iter()
                 .map(|r| {
                     state
@@ -244,6 +291,28 @@ impl Broker {
             else {
                 continue;
             };
+            // A leader whose own replica moves away hands leadership to a remaining voter
+            // first, so the partition does not pause for an election when it leaves.
+            if let Some(target) = &target
+                && !target.contains(&self.node_id().0)
+            {
+                let others: Vec<u64> = target
+                    .iter()
+                    .filter(|n| replicas.contains(n))
+                    .filter_map(|n| state.nodes.get(n).map(|r| r.member()))
+                    .collect();
+                if let Ok(Some(to)) = tributary_raft::transfer_leadership(
+                    partition.raft(),
+                    partition.member(),
+                    &others,
+                )
+                .await
+                {
+                    tracing::info!(group = %partition.group, to = %tributary_raft::describe_member(to), "handing leadership over before this replica moves away");
+                    busy = true;
+                    continue;
+                }
+            }
             match tributary_raft::reconcile_voters(partition.raft(), partition.member(), &desired)
                 .await
             {
@@ -316,6 +385,27 @@ impl Broker {
             .await?;
         self.await_view(|s| s.nodes.get(&node).is_some_and(|n| n.draining == draining))
             .await;
+        Ok(())
+    }
+
+    /// Decommissions a node (the placement controller moves its replicas away), or stops.
+    pub async fn set_decommissioning(
+        &self,
+        node: u64,
+        decommissioning: bool,
+    ) -> Result<(), ApiError> {
+        self.runtime
+            .propose(Command::SetDecommissioning {
+                node,
+                decommissioning,
+            })
+            .await?;
+        self.await_view(|s| {
+            s.nodes
+                .get(&node)
+                .is_some_and(|n| n.decommissioning == decommissioning)
+        })
+        .await;
         Ok(())
     }
 
@@ -541,6 +631,25 @@ impl Broker {
                 self.node_id()
             ),
         ))
+    }
+
+    /// Why a partition replica on this node stopped while its hub remains: it moved to
+    /// other nodes. NOT_LEADER naming the partition's preferred leader, so clients go on
+    /// there.
+    pub fn partition_moved(&self, hub: &HubRecord, index: u16) -> ApiError {
+        let replicas = hub
+            .replicas
+            .get(usize::from(index))
+            .cloned()
+            .unwrap_or_default();
+        self.not_leader(
+            replicas.first().copied().map(NodeId),
+            format!(
+                "partition {index} of event hub '{}' no longer has a replica on node {}; its replicas are on nodes {replicas:?}",
+                hub.name,
+                self.node_id()
+            ),
+        )
     }
 
     /// The leader replica of a partition, caught up with everything committed: reads are

@@ -116,6 +116,17 @@ impl ClusterRuntime {
         self.controller.read().expect("controller lock").clone()
     }
 
+    /// Whether this node leads the controller group now.
+    pub fn is_controller_leader(&self) -> bool {
+        use openraft::type_config::async_runtime::WatchReceiver;
+        let Some(raft) = self.controller() else {
+            return false;
+        };
+        let metrics = raft.metrics();
+        let m = metrics.borrow_watched();
+        m.current_leader.is_some() && m.current_leader == Some(m.id)
+    }
+
     fn has_controller_state(&self) -> bool {
         matches!(
             self.controller_shard

@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde::Deserialize;
@@ -81,6 +82,28 @@ pub struct ServeArgs {
     /// [default: 1000000]
     #[arg(long)]
     pub raft_log_keep_entries: Option<u64>,
+    /// How long a node may stay silent before the placement controller counts it dead and
+    /// re-creates its replicas on other nodes (e.g. 5m, 30s). [env: TRIBUTARY_NODE_DEAD_TIMEOUT]
+    /// [default: 5m]
+    #[arg(long)]
+    pub node_dead_timeout: Option<humantime::Duration>,
+    /// How often the placement controller gathers the nodes' reports and plans moves.
+    /// [env: TRIBUTARY_PLACEMENT_INTERVAL] [default: 2s]
+    #[arg(long)]
+    pub placement_interval: Option<humantime::Duration>,
+    /// Most replica moves under way that involve one node (as source or target).
+    /// [env: TRIBUTARY_PLACEMENT_MOVES_PER_NODE] [default: 4]
+    #[arg(long)]
+    pub placement_moves_per_node: Option<u32>,
+    /// Most replica moves under way in the whole cluster.
+    /// [env: TRIBUTARY_PLACEMENT_MOVES_MAX] [default: 16]
+    #[arg(long)]
+    pub placement_moves_max: Option<u32>,
+    /// How long a partition whose replicas or leader moved is left alone by the balancer
+    /// (restoring its replication factor does not wait). [env: TRIBUTARY_PLACEMENT_COOLDOWN]
+    /// [default: 10s]
+    #[arg(long)]
+    pub placement_cooldown: Option<humantime::Duration>,
     /// Log as JSON lines instead of human-readable text. [env: TRIBUTARY_LOG_JSON]
     #[arg(long)]
     pub log_json: bool,
@@ -108,7 +131,54 @@ struct FileConfig {
     partitions_per_hub_max: Option<u16>,
     raft_snapshot_entries: Option<u64>,
     raft_log_keep_entries: Option<u64>,
+    node_dead_timeout: Option<String>,
+    placement_interval: Option<String>,
+    placement_moves_per_node: Option<u32>,
+    placement_moves_max: Option<u32>,
+    placement_cooldown: Option<String>,
     log_json: Option<bool>,
+}
+
+/// How the placement controller works (`--node-dead-timeout`, `--placement-*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlacementSettings {
+    pub node_dead_timeout: Duration,
+    pub interval: Duration,
+    pub moves_per_node: u32,
+    pub moves_max: u32,
+    pub cooldown: Duration,
+}
+
+impl Default for PlacementSettings {
+    fn default() -> Self {
+        Self {
+            node_dead_timeout: Duration::from_secs(300),
+            interval: Duration::from_secs(2),
+            moves_per_node: 4,
+            moves_max: 16,
+            cooldown: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A duration from a flag, an environment variable or the file (in that order).
+fn duration(
+    flag: Option<humantime::Duration>,
+    env_name: &str,
+    file: Option<&String>,
+    name: &str,
+) -> anyhow::Result<Option<Duration>> {
+    if let Some(d) = flag {
+        return Ok(Some(d.into()));
+    }
+    if let Some(d) = env::<humantime::Duration>(env_name)? {
+        return Ok(Some(d.into()));
+    }
+    file.map(|text| {
+        humantime::parse_duration(text)
+            .with_context(|| format!("{name} = {text:?} in the config file is invalid"))
+    })
+    .transpose()
 }
 
 /// Validated node settings.
@@ -129,6 +199,7 @@ pub struct NodeConfig {
     pub publish_bytes_max: usize,
     pub partitions_per_hub_max: u16,
     pub raft: tributary_raft::RaftSettings,
+    pub placement: PlacementSettings,
     pub log_json: bool,
 }
 
@@ -151,6 +222,7 @@ impl NodeConfig {
             publish_bytes_max: PUBLISH_BYTES_MAX_DEFAULT,
             partitions_per_hub_max: PARTITIONS_PER_HUB_MAX_DEFAULT,
             raft: tributary_raft::RaftSettings::default(),
+            placement: PlacementSettings::default(),
             log_json: false,
         }
     }
@@ -192,7 +264,42 @@ impl ServeArgs {
         } else {
             file.seeds.clone().unwrap_or_default()
         };
+        let defaults = PlacementSettings::default();
+        let placement = PlacementSettings {
+            node_dead_timeout: duration(
+                self.node_dead_timeout,
+                "TRIBUTARY_NODE_DEAD_TIMEOUT",
+                file.node_dead_timeout.as_ref(),
+                "node_dead_timeout",
+            )?
+            .unwrap_or(defaults.node_dead_timeout),
+            interval: duration(
+                self.placement_interval,
+                "TRIBUTARY_PLACEMENT_INTERVAL",
+                file.placement_interval.as_ref(),
+                "placement_interval",
+            )?
+            .unwrap_or(defaults.interval),
+            moves_per_node: self
+                .placement_moves_per_node
+                .or(env("TRIBUTARY_PLACEMENT_MOVES_PER_NODE")?)
+                .or(file.placement_moves_per_node)
+                .unwrap_or(defaults.moves_per_node),
+            moves_max: self
+                .placement_moves_max
+                .or(env("TRIBUTARY_PLACEMENT_MOVES_MAX")?)
+                .or(file.placement_moves_max)
+                .unwrap_or(defaults.moves_max),
+            cooldown: duration(
+                self.placement_cooldown,
+                "TRIBUTARY_PLACEMENT_COOLDOWN",
+                file.placement_cooldown.as_ref(),
+                "placement_cooldown",
+            )?
+            .unwrap_or(defaults.cooldown),
+        };
         let config = NodeConfig {
+            placement,
             peer_addr: self
                 .peer_addr
                 .or(env("TRIBUTARY_PEER_ADDR")?)
@@ -300,6 +407,17 @@ impl ServeArgs {
         {
             bail!("--zone {zone:?} is invalid: use up to 64 letters, digits, '-', '_' or '.'");
         }
+        if config.placement.node_dead_timeout < Duration::from_secs(1) {
+            bail!("--node-dead-timeout must be at least 1s");
+        }
+        if config.placement.interval < Duration::from_millis(100)
+            || config.placement.interval > Duration::from_secs(60)
+        {
+            bail!("--placement-interval must be between 100ms and 60s");
+        }
+        if config.placement.moves_per_node == 0 || config.placement.moves_max == 0 {
+            bail!("--placement-moves-per-node and --placement-moves-max must be at least 1");
+        }
         if config.raft.snapshot_entries == 0 {
             bail!("--raft-snapshot-entries must be at least 1");
         }
@@ -355,6 +473,39 @@ mod tests {
         );
         let err = resolve(None, Some("rack 1")).unwrap_err().to_string();
         assert!(err.contains("--zone \"rack 1\" is invalid"), "{err}");
+    }
+
+    #[test]
+    fn placement_settings_parse_durations_from_flags_and_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("t.toml");
+        std::fs::write(
+            &file,
+            "node_dead_timeout = \"45s\"\nplacement_moves_max = 3\n",
+        )
+        .unwrap();
+        let config = ServeArgs {
+            placement_cooldown: Some("1m".parse().unwrap()),
+            config: Some(file.clone()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(config.placement.node_dead_timeout, Duration::from_secs(45));
+        assert_eq!(config.placement.moves_max, 3);
+        assert_eq!(config.placement.cooldown, Duration::from_secs(60));
+        assert_eq!(config.placement.interval, Duration::from_secs(2));
+        std::fs::write(&file, "node_dead_timeout = \"soon\"\n").unwrap();
+        let err = ServeArgs {
+            config: Some(file),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("node_dead_timeout = \"soon\""),
+            "{err:#}"
+        );
     }
 
     #[test]

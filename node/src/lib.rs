@@ -11,6 +11,7 @@ pub mod group;
 pub mod http;
 pub mod identity;
 pub mod partition;
+pub mod placement;
 pub mod status;
 
 use std::net::SocketAddr;
@@ -121,12 +122,13 @@ impl Node {
         let broker = Broker::new(
             runtime.clone(),
             shards.clone(),
-            clock,
+            clock.clone(),
             BrokerLimits {
                 partitions_per_hub_max: config.partitions_per_hub_max,
                 publish_bytes_max: config.publish_bytes_max,
             },
         );
+        let placement = placement::Placement::new(broker.clone(), config.placement, clock);
         let (shutdown, shutdown_rx) = watch::channel(false);
 
         let mut peer_shutdown = shutdown_rx.clone();
@@ -137,7 +139,7 @@ impl Node {
                     runtime: runtime.clone(),
                 }))
                 .add_service(NodeStatusServer::new(status::NodeStatusService {
-                    host: host.clone(),
+                    broker: broker.clone(),
                 }))
                 .serve_with_incoming_shutdown(TcpListenerStream::new(peer_listener), async move {
                     let _ = peer_shutdown.wait_for(|stop| *stop).await;
@@ -155,12 +157,14 @@ impl Node {
         identity::record_cluster(&config.data_dir, &mut identity, &cluster_id)?;
         tokio::spawn(broker.clone().run_reconciler());
         tokio::spawn(broker.clone().run_membership_reconciler());
+        tokio::spawn(placement.clone().run());
 
         let request_bytes_max = config.publish_bytes_max * 2 + REQUEST_OVERHEAD_BYTES;
         let server = tonic::transport::Server::builder()
             .add_service(
                 ManagementServer::new(api::management::ManagementService {
                     broker: broker.clone(),
+                    placement: placement.clone(),
                 })
                 .max_decoding_message_size(REQUEST_OVERHEAD_BYTES),
             )

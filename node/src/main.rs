@@ -17,7 +17,7 @@ struct Args {
 #[derive(Subcommand)]
 enum Command {
     /// Run a node (the default when no subcommand is given).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Measure send throughput and latency against a running node, or (`bench failover`)
     /// how fast partitions accept writes again after their leader is killed.
     Bench(tributary_bench::BenchArgs),
@@ -29,8 +29,11 @@ fn main() -> std::process::ExitCode {
     let args = Args::parse();
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime starts");
     let result = runtime.block_on(async move {
-        match args.command.unwrap_or(Command::Serve(ServeArgs::default())) {
-            Command::Serve(serve) => tributary::serve_until_signal(serve).await,
+        match args
+            .command
+            .unwrap_or_else(|| Command::Serve(Box::default()))
+        {
+            Command::Serve(serve) => tributary::serve_until_signal(*serve).await,
             Command::Bench(bench) => {
                 let json = args.globals.output == tributary_client::cli::OutputFormat::Json;
                 tributary_bench::main(&args.globals.endpoint, bench, json).await

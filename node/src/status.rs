@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use openraft::type_config::async_runtime::WatchReceiver;
@@ -11,11 +12,11 @@ use tributary_proto::peer::node_status_client::NodeStatusClient;
 use tributary_proto::peer::node_status_server::NodeStatus;
 use tributary_proto::peer::{GroupStatus, LocalStatusReply, LocalStatusRequest};
 use tributary_proto::v1 as pb;
-use tributary_raft::{Connector, GroupHost, TcpConnector, member_node};
+use tributary_raft::{Connector, TcpConnector, member_node};
 use tributary_types::{GroupId, PartitionId};
 
+use crate::broker::Broker;
 use crate::cluster::ClusterRuntime;
-use crate::group::GroupStateMachine;
 
 /// How long the gathering node waits for each node's report; a node that does not answer
 /// in time is shown as down.
@@ -25,8 +26,14 @@ const NODE_STATUS_TIMEOUT: Duration = Duration::from_secs(1);
 const LIVENESS_PROBES: u32 = 3;
 const LIVENESS_PROBE_PAUSE: Duration = Duration::from_millis(300);
 
-/// The local report of the groups this node runs.
-pub fn local_status(host: &GroupHost<GroupStateMachine>) -> LocalStatusReply {
+/// The local report of the groups this node runs, with the traffic of its partitions.
+pub fn local_status(broker: &Broker) -> LocalStatusReply {
+    let host = broker.runtime().host();
+    let partitions: HashMap<GroupId, _> = broker
+        .local_partitions()
+        .into_iter()
+        .map(|p| (p.group, p))
+        .collect();
     let groups = host
         .group_ids()
         .into_iter()
@@ -35,6 +42,11 @@ pub fn local_status(host: &GroupHost<GroupStateMachine>) -> LocalStatusReply {
             let metrics = raft.metrics();
             let m = metrics.borrow_watched();
             let index = |id: Option<u64>| id.map_or(-1, |i| i as i64);
+            let membership = m.membership_config.membership();
+            let traffic = partitions.get(&group).map(|p| p.traffic());
+            let count = |pick: fn(&crate::partition::Traffic) -> &AtomicU64| {
+                traffic.map_or(0, |t| pick(t).load(Ordering::Relaxed))
+            };
             GroupStatus {
                 group: group.to_u64(),
                 leader: m.current_leader.map_or(0, |l| member_node(l).0),
@@ -47,17 +59,26 @@ pub fn local_status(host: &GroupHost<GroupStateMachine>) -> LocalStatusReply {
                     .flatten()
                     .map(|(node, matched)| (*node, index(matched.map(|l| l.index))))
                     .collect(),
+                voters: membership.voter_ids().collect(),
+                learners: membership.learner_ids().collect(),
+                joint: membership.get_joint_config().len() > 1,
+                membership_index: index(m.membership_config.log_id().map(|l| l.index)),
+                bytes_in: count(|t| &t.bytes_in),
+                events_in: count(|t| &t.events_in),
+                bytes_out: count(|t| &t.bytes_out),
+                events_out: count(|t| &t.events_out),
             }
         })
         .collect();
     LocalStatusReply {
         node: host.node_id().0,
         groups,
+        ready: broker.is_ready(),
     }
 }
 
 pub struct NodeStatusService {
-    pub host: Arc<GroupHost<GroupStateMachine>>,
+    pub broker: Arc<Broker>,
 }
 
 #[tonic::async_trait]
@@ -66,11 +87,11 @@ impl NodeStatus for NodeStatusService {
         &self,
         _request: Request<LocalStatusRequest>,
     ) -> Result<Response<LocalStatusReply>, Status> {
-        Ok(Response::new(local_status(&self.host)))
+        Ok(Response::new(local_status(&self.broker)))
     }
 }
 
-async fn remote_status(peer_addr: &str) -> Option<LocalStatusReply> {
+pub(crate) async fn remote_status(peer_addr: &str) -> Option<LocalStatusReply> {
     let channel = TcpConnector.channel(peer_addr).ok()?;
     let mut request = Request::new(LocalStatusRequest {});
     request.set_timeout(NODE_STATUS_TIMEOUT);
@@ -116,11 +137,12 @@ pub async fn down_nodes(runtime: &ClusterRuntime) -> Vec<u64> {
 }
 
 /// Asks every node for its report and assembles the cluster's status.
-pub async fn cluster_status(runtime: &ClusterRuntime) -> pb::ClusterStatus {
+pub async fn cluster_status(broker: &Broker) -> pb::ClusterStatus {
+    let runtime = broker.runtime();
     let state = runtime.state();
     let reports = futures::future::join_all(state.nodes.values().map(|node| async move {
         let report = if node.id == runtime.me.id {
-            Some(local_status(runtime.host()))
+            Some(local_status(broker))
         } else {
             remote_status(&node.peer_addr).await
         };
@@ -169,6 +191,8 @@ pub async fn cluster_status(runtime: &ClusterRuntime) -> pb::ClusterStatus {
                 .count() as u32,
             leaders: 0,
             draining: n.draining,
+            decommissioning: n.decommissioning,
+            ..Default::default()
         })
         .collect();
     let mut partitions = Vec::new();
@@ -188,11 +212,22 @@ pub async fn cluster_status(runtime: &ClusterRuntime) -> pb::ClusterStatus {
                     let caught_up = match leader_view {
                         Some(_) if node == leader => true,
                         // Matched indexes are by member: this node's current incarnation.
-                        Some(view) => state.nodes.get(&node).is_some_and(|record| {
-                            view.matched_index
-                                .get(&record.member())
-                                .is_some_and(|m| *m >= 0 && *m >= view.last_log_index)
-                        }),
+                        Some(view) => {
+                            let lag = tributary_raft::PROMOTE_LAG_MAX as i64;
+                            let near =
+                                |index: i64| index >= 0 && index + lag >= view.last_log_index;
+                            // Matched indexes are by member: this node's current incarnation.
+                            let matched = state.nodes.get(&node).is_some_and(|record| {
+                                view.matched_index
+                                    .get(&record.member())
+                                    .is_some_and(|m| near(*m))
+                            });
+                            // A leader elected a moment ago does not know its followers'
+                            // progress yet; what a follower has applied is committed, so
+                            // it counts as stored.
+                            let applied = own.is_some_and(|g| near(g.last_applied_index));
+                            matched || applied
+                        }
                         None => false,
                     };
                     pb::ReplicaStatus {
@@ -205,6 +240,16 @@ pub async fn cluster_status(runtime: &ClusterRuntime) -> pb::ClusterStatus {
                 .collect();
             if let Some(node) = nodes.iter_mut().find(|n| n.id == leader) {
                 node.leaders += 1;
+                if hub.throughput_units > 0 {
+                    node.reserved_throughput_units +=
+                        f64::from(hub.throughput_units) / f64::from(hub.partition_count.max(1));
+                }
+                if let Some(view) = leader_view {
+                    node.bytes_in += view.bytes_in;
+                    node.events_in += view.events_in;
+                    node.bytes_out += view.bytes_out;
+                    node.events_out += view.events_out;
+                }
             }
             partitions.push(pb::PartitionStatus {
                 event_hub: hub.name.clone(),
@@ -221,7 +266,27 @@ pub async fn cluster_status(runtime: &ClusterRuntime) -> pb::ClusterStatus {
             healthy < p.replicas.len()
         })
         .count() as u32;
+    let hub_name = |id| {
+        state
+            .hubs
+            .values()
+            .find(|h| h.id == id)
+            .map(|h| h.name.clone())
+            .unwrap_or_default()
+    };
+    let moves = state
+        .moves
+        .iter()
+        .map(|m| pb::ReplicaMoveStatus {
+            event_hub: hub_name(m.hub),
+            partition_id: m.partition.to_string(),
+            from: m.from.unwrap_or(0),
+            to: m.to,
+            started_ms: m.started_ms,
+        })
+        .collect();
     pb::ClusterStatus {
+        moves,
         under_replicated,
         cluster_id: state.cluster_id.clone(),
         controller_leader,

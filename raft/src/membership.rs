@@ -21,6 +21,8 @@ pub enum VoterChange {
     Nothing,
     /// Members were added as learners, or learners are still catching up.
     CatchingUp(Vec<u64>),
+    /// Learners no longer wanted were removed.
+    LearnersRemoved(Vec<u64>),
     /// The voters were replaced.
     Replaced { from: Vec<u64>, to: Vec<u64> },
 }
@@ -54,9 +56,21 @@ where
         )
     };
     let wanted: BTreeSet<u64> = desired.keys().copied().collect();
-    if voters == wanted || joint {
-        // Nothing to do, or a change is already under way (it finishes on its own).
+    if joint {
+        // A change is already under way; it finishes on its own.
         return Ok(VoterChange::Nothing);
+    }
+    if voters == wanted {
+        // Learners left over from an abandoned change (a replica move rolled back) stop
+        // receiving the log.
+        let stray: BTreeSet<u64> = learners.difference(&wanted).copied().collect();
+        if stray.is_empty() {
+            return Ok(VoterChange::Nothing);
+        }
+        raft.change_membership(openraft::ChangeMembers::RemoveNodes(stray.clone()), false)
+            .await
+            .map_err(|e| format!("removing learners {stray:?}: {e}"))?;
+        return Ok(VoterChange::LearnersRemoved(stray.into_iter().collect()));
     }
     let mut waiting = Vec::new();
     for (&member, addr) in desired {

@@ -234,6 +234,21 @@ impl Shard {
         }
     }
 
+    /// Every group with state in this shard (Raft metadata), in id order.
+    pub fn groups(&self) -> Result<Vec<GroupId>, StorageError> {
+        let txn = self.db.begin_read().map_err(StorageError::io)?;
+        let table = txn.open_table(RAFT_META).map_err(StorageError::io)?;
+        let mut groups: Vec<GroupId> = Vec::new();
+        for row in table.range::<(u64, u8)>(..).map_err(StorageError::io)? {
+            let (key, _) = row.map_err(StorageError::io)?;
+            let group = GroupId::from_u64(key.value().0);
+            if groups.last() != Some(&group) {
+                groups.push(group);
+            }
+        }
+        Ok(groups)
+    }
+
     pub fn meta(&self, group: GroupId, key: MetaKey) -> Result<Option<Bytes>, StorageError> {
         let txn = self.db.begin_read().map_err(StorageError::io)?;
         let table = txn.open_table(RAFT_META).map_err(StorageError::io)?;
@@ -650,6 +665,38 @@ mod tests {
         assert_eq!(indexes(1), (4..=10).collect::<Vec<_>>());
         assert!(indexes(2).is_empty());
         assert_eq!(shard.last_log_entry(group(0)).unwrap().unwrap().0, 7);
+    }
+
+    #[tokio::test]
+    async fn groups_lists_every_group_with_metadata_until_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = open(&dir);
+        let meta = |p, key| Mutation::PutMeta {
+            group: group(p),
+            key,
+            value: Bytes::from_static(b"v"),
+        };
+        shard
+            .write(
+                vec![
+                    meta(2, MetaKey::Vote),
+                    meta(0, MetaKey::Vote),
+                    meta(0, MetaKey::Member),
+                    meta(1, MetaKey::Member),
+                ],
+                Durability::Immediate,
+            )
+            .await
+            .unwrap();
+        assert_eq!(shard.groups().unwrap(), vec![group(0), group(1), group(2)]);
+        shard
+            .write(
+                vec![Mutation::DeleteGroup { group: group(1) }],
+                Durability::Immediate,
+            )
+            .await
+            .unwrap();
+        assert_eq!(shard.groups().unwrap(), vec![group(0), group(2)]);
     }
 
     #[tokio::test]

@@ -105,6 +105,7 @@ mod tests {
 
     fn status(leader: u64, replicas: Vec<ReplicaStatus>) -> ClusterStatus {
         ClusterStatus {
+            moves: Vec::new(),
             under_replicated: 0,
             cluster_id: "c".into(),
             controller_leader: 1,

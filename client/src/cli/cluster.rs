@@ -1,7 +1,10 @@
-//! `tributary cluster status`.
+//! `tributary cluster status` and `rebalance`; `tributary node drain`, `undrain`,
+//! `decommission` and `recommission`.
+
+use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tributary_proto::v1::ClusterStatus;
+use tributary_proto::v1::{ClusterStatus, PlanRebalanceResponse};
 
 use crate::Client;
 use crate::cli::OutputFormat;
@@ -13,8 +16,20 @@ pub enum ClusterCommand {
     /// controller leader, how many partitions are under-replicated, and for every partition
     /// its leader, replicas and whether each replica is caught up. With `--output json`:
     /// `nodes[]` (`node_id`, `capacity_units`, `zone`, `replicas`, `leaders`, `up`, ...),
-    /// `under_replicated`, `partitions[]`.
+    /// `under_replicated`, `partitions[]`, `moves[]` (replica moves under way).
     Status,
+    /// Balance replicas and leaders over the nodes' capacity units. The placement
+    /// controller does this continuously; without `--dry-run` this waits (showing
+    /// progress) until nothing is left to move.
+    Rebalance {
+        /// Only print the moves the controller would make now (`kind` replica or leader,
+        /// hub, partition, from node, to node); nothing moves.
+        #[arg(long)]
+        dry_run: bool,
+        /// How long to wait for balance without --dry-run (e.g. 10m, 90s).
+        #[arg(long, default_value = "10m")]
+        timeout: humantime::Duration,
+    },
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -30,7 +45,27 @@ pub enum NodeCommand {
         /// The node's id.
         node_id: u64,
     },
+    /// Move every replica off node N (restoring each partition's replication factor on
+    /// the other nodes), after which the node can be stopped and removed.
+    Decommission {
+        /// The node's id.
+        node_id: u64,
+        /// Wait until no replica is left on the node, showing progress.
+        #[arg(long)]
+        wait: bool,
+        /// How long --wait waits (e.g. 30m).
+        #[arg(long, default_value = "30m")]
+        timeout: humantime::Duration,
+    },
+    /// Stop decommissioning node N: replicas not yet moved stay, and it takes new ones.
+    Recommission {
+        /// The node's id.
+        node_id: u64,
+    },
 }
+
+/// How often waiting commands look at the cluster again.
+const PROGRESS_INTERVAL: Duration = Duration::from_secs(2);
 
 pub(crate) async fn run_node(client: &Client, command: NodeCommand) -> anyhow::Result<()> {
     match command {
@@ -44,8 +79,51 @@ pub(crate) async fn run_node(client: &Client, command: NodeCommand) -> anyhow::R
             client.drain_node(node_id, false).await?;
             println!("node {node_id} is no longer drained: leaders may return to it");
         }
+        NodeCommand::Decommission {
+            node_id,
+            wait,
+            timeout,
+        } => {
+            client.decommission_node(node_id, true).await?;
+            println!("node {node_id} is being decommissioned: its replicas move to other nodes");
+            if wait {
+                let deadline = Instant::now() + Duration::from(timeout);
+                loop {
+                    let status = client.cluster_status().await?;
+                    let left = replicas_left(&status, node_id);
+                    if left == 0 {
+                        println!("node {node_id} holds no replicas: it can be stopped and removed");
+                        break;
+                    }
+                    if Instant::now() >= deadline {
+                        anyhow::bail!(
+                            "node {node_id} still holds {left} replicas after {timeout}; `tributary cluster status` shows the moves under way"
+                        );
+                    }
+                    println!(
+                        "node {node_id}: {left} replicas left, {} moves under way",
+                        status.moves.len()
+                    );
+                    tokio::time::sleep(PROGRESS_INTERVAL).await;
+                }
+            }
+        }
+        NodeCommand::Recommission { node_id } => {
+            client.decommission_node(node_id, false).await?;
+            println!("node {node_id} is no longer being decommissioned");
+        }
     }
     Ok(())
+}
+
+/// Replicas still assigned to `node`, or moving onto it.
+fn replicas_left(status: &ClusterStatus, node: u64) -> u32 {
+    status
+        .nodes
+        .iter()
+        .find(|n| n.id == node)
+        .map_or(0, |n| n.replicas)
+        + status.moves.iter().filter(|m| m.to == node).count() as u32
 }
 
 pub(crate) async fn run(
@@ -61,8 +139,79 @@ pub(crate) async fn run(
                 OutputFormat::Table => print!("{}", status_text(&status)),
             }
         }
+        ClusterCommand::Rebalance {
+            dry_run: true,
+            timeout: _,
+        } => {
+            let plan = client.plan_rebalance().await?;
+            match output {
+                OutputFormat::Json => println!("{}", plan_json(&plan)),
+                OutputFormat::Table => print!("{}", plan_text(&plan)),
+            }
+        }
+        ClusterCommand::Rebalance {
+            dry_run: false,
+            timeout,
+        } => {
+            let deadline = Instant::now() + Duration::from(timeout);
+            loop {
+                let plan = client.plan_rebalance().await?;
+                let under_way = client.cluster_status().await?.moves.len();
+                if plan.moves.is_empty() && under_way == 0 {
+                    println!("balanced: no moves planned or under way");
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    anyhow::bail!(
+                        "not balanced after {timeout}: {} moves planned, {under_way} under way",
+                        plan.moves.len()
+                    );
+                }
+                println!("{} moves planned, {under_way} under way", plan.moves.len());
+                tokio::time::sleep(PROGRESS_INTERVAL).await;
+            }
+        }
     }
     Ok(())
+}
+
+fn plan_text(plan: &PlanRebalanceResponse) -> String {
+    let mut text = String::new();
+    if !plan.down_nodes.is_empty() {
+        text.push_str(&format!(
+            "nodes not answering (planned as dead): {:?}\n",
+            plan.down_nodes
+        ));
+    }
+    if plan.moves.is_empty() {
+        text.push_str("no moves planned: the cluster is balanced\n");
+        return text;
+    }
+    let mut table = Table::new(&["KIND", "HUB", "PARTITION", "FROM", "TO"]);
+    for m in &plan.moves {
+        table.row(vec![
+            m.kind.clone(),
+            m.event_hub.clone(),
+            m.partition_id.clone(),
+            node_name(m.from),
+            m.to.to_string(),
+        ]);
+    }
+    text.push_str(&table.render());
+    text
+}
+
+fn plan_json(plan: &PlanRebalanceResponse) -> serde_json::Value {
+    json!({
+        "down_nodes": plan.down_nodes,
+        "moves": plan.moves.iter().map(|m| json!({
+            "kind": m.kind,
+            "event_hub": m.event_hub,
+            "partition_id": m.partition_id,
+            "from": if m.from == 0 { serde_json::Value::Null } else { json!(m.from) },
+            "to": m.to,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 fn node_name(id: u64) -> String {
@@ -88,16 +237,21 @@ fn status_text(status: &ClusterStatus) -> String {
         "ZONE",
         "REPLICAS",
         "LEADERS",
+        "RESERVED-TU",
+        "IN(EV/B)",
+        "OUT(EV/B)",
         "CLIENT",
         "PEER",
     ]);
     for node in &status.nodes {
         nodes.row(vec![
             node.id.to_string(),
-            match (node.up, node.draining) {
-                (false, _) => "down",
-                (true, true) => "draining",
-                (true, false) => "up",
+            match (node.up, node.decommissioning, node.draining) {
+                (false, true, _) => "down,decommissioning",
+                (false, false, _) => "down",
+                (true, true, _) => "decommissioning",
+                (true, false, true) => "draining",
+                (true, false, false) => "up",
             }
             .to_string(),
             if node.controller_voter { "voter" } else { "-" }.to_string(),
@@ -110,6 +264,9 @@ fn status_text(status: &ClusterStatus) -> String {
             .to_string(),
             node.replicas.to_string(),
             node.leaders.to_string(),
+            format!("{:.1}", node.reserved_throughput_units),
+            format!("{}/{}", node.events_in, node.bytes_in),
+            format!("{}/{}", node.events_out, node.bytes_out),
             node.client_addr.clone(),
             node.peer_addr.clone(),
         ]);
@@ -141,6 +298,19 @@ fn status_text(status: &ClusterStatus) -> String {
         }
         text.push_str(&partitions.render());
     }
+    if !status.moves.is_empty() {
+        text.push('\n');
+        let mut moves = Table::new(&["MOVING", "PARTITION", "FROM", "TO"]);
+        for m in &status.moves {
+            moves.row(vec![
+                m.event_hub.clone(),
+                m.partition_id.clone(),
+                node_name(m.from),
+                m.to.to_string(),
+            ]);
+        }
+        text.push_str(&moves.render());
+    }
     text
 }
 
@@ -164,6 +334,12 @@ fn status_json(status: &ClusterStatus) -> serde_json::Value {
             "replicas": n.replicas,
             "leaders": n.leaders,
             "draining": n.draining,
+            "decommissioning": n.decommissioning,
+            "reserved_throughput_units": n.reserved_throughput_units,
+            "bytes_in": n.bytes_in,
+            "events_in": n.events_in,
+            "bytes_out": n.bytes_out,
+            "events_out": n.events_out,
             "up": n.up,
             "controller_voter": n.controller_voter,
             "client_addr": n.client_addr,
@@ -179,6 +355,13 @@ fn status_json(status: &ClusterStatus) -> serde_json::Value {
                 "caught_up": r.caught_up,
                 "last_applied_index": r.last_applied_index,
             })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "moves": status.moves.iter().map(|m| json!({
+            "event_hub": m.event_hub,
+            "partition_id": m.partition_id,
+            "from": leader(m.from),
+            "to": m.to,
+            "started_ms": m.started_ms,
         })).collect::<Vec<_>>(),
     })
 }
@@ -207,6 +390,7 @@ mod tests {
                     replicas: 1,
                     leaders: 0,
                     draining: false,
+                    ..Default::default()
                 },
                 NodeStatus {
                     id: 2,
@@ -219,6 +403,8 @@ mod tests {
                     replicas: 1,
                     leaders: 1,
                     draining: false,
+                    decommissioning: true,
+                    ..Default::default()
                 },
             ],
             partitions: vec![PartitionStatus {
@@ -240,8 +426,18 @@ mod tests {
                     },
                 ],
             }],
+            moves: vec![tributary_proto::v1::ReplicaMoveStatus {
+                event_hub: "orders".into(),
+                partition_id: "0".into(),
+                from: 1,
+                to: 2,
+                started_ms: 0,
+            }],
         };
         let text = status_text(&status);
+        assert!(text.contains("decommissioning"), "{text}");
+        assert!(text.contains("MOVING"), "{text}");
+        assert_eq!(replicas_left(&status, 2), 2);
         assert!(text.contains("controller leader:  2"), "{text}");
         assert!(text.contains("1     down"), "{text}");
         assert!(text.contains("2(caught-up) 1(down)"), "{text}");
@@ -257,5 +453,42 @@ mod tests {
         assert_eq!(second["replicas"], 1);
         assert_eq!(second["leaders"], 1);
         assert_eq!(json["nodes"][0]["zone"], serde_json::Value::Null);
+        assert_eq!(second["decommissioning"], true);
+        assert_eq!(json["moves"][0]["to"], 2);
+    }
+
+    #[test]
+    fn plans_print_as_tables_and_json() {
+        let plan = PlanRebalanceResponse {
+            moves: vec![
+                tributary_proto::v1::PlannedMove {
+                    kind: "replica".into(),
+                    event_hub: "orders".into(),
+                    partition_id: "3".into(),
+                    from: 0,
+                    to: 4,
+                },
+                tributary_proto::v1::PlannedMove {
+                    kind: "leader".into(),
+                    event_hub: "orders".into(),
+                    partition_id: "5".into(),
+                    from: 1,
+                    to: 2,
+                },
+            ],
+            down_nodes: vec![3],
+        };
+        let text = plan_text(&plan);
+        assert!(text.contains("planned as dead): [3]"), "{text}");
+        assert!(
+            text.contains("replica  orders  3          -     4"),
+            "{text}"
+        );
+        let json = plan_json(&plan);
+        assert_eq!(json["moves"][0]["from"], serde_json::Value::Null);
+        assert_eq!(json["moves"][1]["kind"], "leader");
+        assert_eq!(json["moves"][1]["from"], 1);
+        let empty = plan_text(&PlanRebalanceResponse::default());
+        assert!(empty.contains("no moves planned"), "{empty}");
     }
 }

@@ -60,7 +60,7 @@ pub enum CliCommand {
     /// Inspect the cluster.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
-    /// Drain a node for maintenance, or let leaders return to it.
+    /// Drain a node for maintenance (or let leaders return), or decommission it.
     #[command(subcommand)]
     Node(cluster::NodeCommand),
     /// Look inside the node at --endpoint (e.g. list its replica of a partition).

@@ -10,6 +10,8 @@ mod drain;
 mod failover;
 mod help;
 mod idempotent;
+mod load;
+mod placement;
 mod receive_failover;
 mod rejoin;
 mod replication;

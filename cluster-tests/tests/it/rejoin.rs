@@ -102,7 +102,7 @@ async fn await_identical_replicas(
 }
 
 /// A counter from a node's /metrics (0 when it has not been counted yet).
-async fn counter(cluster: &LocalCluster, index: usize, name: &str) -> u64 {
+pub(crate) async fn counter(cluster: &LocalCluster, index: usize, name: &str) -> u64 {
     let metrics = http_get(cluster.nodes[index].http_addr(), "/metrics")
         .await
         .expect("metrics answer");

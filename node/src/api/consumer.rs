@@ -52,6 +52,17 @@ impl Consumer for ConsumerService {
         let start = partition.resolve(position).map_err(ApiError::from)?;
         let (tx, rx) = mpsc::channel(RECEIVE_STREAM_BATCHES_MAX);
         let closing = self.broker.closing();
+        // A replica that stops here moved to another node (the reader reconnects there) or
+        // its hub was deleted.
+        let closed = {
+            let (broker, hub_name) = (self.broker.clone(), hub.name.clone());
+            move || match broker.hub(&hub_name) {
+                Ok(hub) => broker.partition_moved(&hub, index),
+                Err(_) => ApiError::not_found(format!(
+                    "the partition was closed: event hub '{hub_name}' was deleted"
+                )),
+            }
+        };
         let broker = self.broker.clone();
         let hub_name = hub.name.clone();
         // Egress is slowed to the hub's throughput units, never refused; TU changes apply
@@ -68,6 +79,7 @@ impl Consumer for ConsumerService {
             tx,
             closing,
             egress_limit,
+            closed,
         ));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
@@ -81,6 +93,7 @@ async fn stream_events(
     tx: mpsc::Sender<Result<pb::ReceiveResponse, Status>>,
     mut closing: tokio::sync::watch::Receiver<bool>,
     egress_limit: impl Fn() -> (u32, u16),
+    closed: impl Fn() -> ApiError,
 ) {
     let mut progress = partition.subscribe();
     loop {
@@ -118,9 +131,7 @@ async fn stream_events(
         tokio::select! {
             changed = progress.changed() => {
                 if changed.is_err() {
-                    let _ = tx
-                        .send(Err(ApiError::not_found("the partition was closed: its event hub was deleted or the node is shutting down").into()))
-                        .await;
+                    let _ = tx.send(Err(closed().into())).await;
                     return;
                 }
             }

@@ -113,7 +113,12 @@ impl From<PartitionError> for ApiError {
                 "the partition is electing a leader. Please wait 1 seconds and try again",
                 Duration::from_secs(1),
             ),
-            PartitionError::Closed => ApiError::not_found("the partition was closed"),
+            // The replica stopped under the request: it moved to another node, or this node
+            // is shutting down. Another node serves it.
+            PartitionError::Closed => ApiError::new(
+                ErrorReason::Unavailable,
+                "the partition's replica on this node closed (it moved to another node, or the node is shutting down); retry",
+            ),
             PartitionError::Position(p @ PositionError::Storage(_)) => {
                 ApiError::internal(p.to_string())
             }

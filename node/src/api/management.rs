@@ -10,6 +10,7 @@ use crate::broker::Broker;
 
 pub struct ManagementService {
     pub broker: Arc<Broker>,
+    pub placement: Arc<crate::placement::Placement>,
 }
 
 #[tonic::async_trait]
@@ -44,6 +45,64 @@ impl Management for ManagementService {
         let req = request.into_inner();
         self.broker.set_draining(req.node_id, req.drain).await?;
         Ok(Response::new(pb::DrainNodeResponse {}))
+    }
+
+    async fn decommission_node(
+        &self,
+        request: Request<pb::DecommissionNodeRequest>,
+    ) -> Result<Response<pb::DecommissionNodeResponse>, Status> {
+        let req = request.into_inner();
+        self.broker
+            .set_decommissioning(req.node_id, req.decommission)
+            .await?;
+        Ok(Response::new(pb::DecommissionNodeResponse {}))
+    }
+
+    async fn plan_rebalance(
+        &self,
+        _request: Request<pb::PlanRebalanceRequest>,
+    ) -> Result<Response<pb::PlanRebalanceResponse>, Status> {
+        let (decision, down_nodes) = self.placement.dry_run().await;
+        let state = self.broker.runtime().state();
+        let hub_name = |id| {
+            state
+                .hubs
+                .values()
+                .find(|h| h.id == id)
+                .map(|h| h.name.clone())
+                .unwrap_or_default()
+        };
+        let mut moves: Vec<pb::PlannedMove> = decision
+            .moves
+            .iter()
+            .map(|m| pb::PlannedMove {
+                kind: "replica".into(),
+                event_hub: hub_name(m.hub),
+                partition_id: m.partition.to_string(),
+                from: m.from.unwrap_or(0),
+                to: m.to,
+            })
+            .collect();
+        moves.extend(decision.leaders.iter().map(|(hub, partition, to)| {
+            let from = state
+                .hubs
+                .values()
+                .find(|h| h.id == *hub)
+                .and_then(|h| h.replicas.get(usize::from(*partition)))
+                .and_then(|r| r.first().copied())
+                .unwrap_or(0);
+            pb::PlannedMove {
+                kind: "leader".into(),
+                event_hub: hub_name(*hub),
+                partition_id: partition.to_string(),
+                from,
+                to: *to,
+            }
+        }));
+        Ok(Response::new(pb::PlanRebalanceResponse {
+            moves,
+            down_nodes,
+        }))
     }
 
     async fn update_event_hub(
@@ -155,7 +214,7 @@ impl Management for ManagementService {
         _request: Request<pb::GetClusterStatusRequest>,
     ) -> Result<Response<pb::ClusterStatus>, Status> {
         Ok(Response::new(
-            crate::status::cluster_status(self.broker.runtime()).await,
+            crate::status::cluster_status(&self.broker).await,
         ))
     }
 }

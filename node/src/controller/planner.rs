@@ -27,9 +27,11 @@
 //! chains of caught-up followers). When nodes sit at a hard bound (a node holding every
 //! partition, a zone that must hold a replica of every partition on each of its nodes,
 //! partitions of RF 1 that can only be led where they live) reaching the ideal can need a
-//! chain of replica moves (A gives to B so that B can give to C), which is not searched for:
-//! such clusters may settle further than one from their ideals. The leader ideals also
-//! ignore that a set of nodes can be closed under caught-up followers.
+//! chain of replica moves (A gives to B so that B can give to C). Between zones (every
+//! unlabelled node is a zone) chains of two moves are searched; longer chains and chains
+//! inside a labelled zone are not: such clusters may settle further than one from their
+//! ideals. The leader ideals also ignore that a set of nodes can be closed under caught-up
+//! followers.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -937,11 +939,122 @@ impl Engine {
                     let sources = engine.by_dev_desc(&engine.m.zone_nodes[giver]);
                     engine.find_replica_move(&sources, &engine.m.zone_nodes[taker], true)
                 });
-            match found {
-                Some((p, from, to)) => self.move_replica(p, Some(from), to),
+            if let Some((p, from, to)) = found {
+                self.move_replica(p, Some(from), to);
+                continue;
+            }
+            match self.find_zone_chain(&zones, &totals, &ideals) {
+                Some(legs) => {
+                    for (p, from, to) in legs {
+                        self.move_replica(p, Some(from), to);
+                    }
+                }
                 None => break,
             }
         }
+    }
+
+    /// When no single move helps (every partition a giving zone holds is already in the
+    /// taking zone, as with a node that must hold nearly every partition): a chain of two
+    /// moves through a third zone B. B hands the taker a partition `q` the taker lacks and
+    /// takes from the giver a partition `p` it lacks, so B's total stays and the giver's
+    /// and the taker's move towards their ideals. Returns `[(q, b, t), (p, g, n)]`, or only
+    /// the first leg when the limits leave no room for both in this plan (the next plan then
+    /// finds the second as a single move).
+    fn find_zone_chain(
+        &self,
+        zones: &[usize],
+        totals: &[i64],
+        ideals: &[f64],
+    ) -> Option<Vec<(usize, usize, usize)>> {
+        let dev = |z: usize| totals[z] as f64 - ideals[z];
+        for bound in [ceil_of as fn(f64) -> i64, floor_of] {
+            let givers: Vec<usize> = zones
+                .iter()
+                .copied()
+                .filter(|&z| totals[z] > bound(ideals[z]))
+                .collect();
+            let mut takers: Vec<usize> = zones
+                .iter()
+                .copied()
+                .filter(|&z| totals[z] < bound(ideals[z]))
+                .collect();
+            takers.sort_by(|&a, &b| dev(a).total_cmp(&dev(b)).then(a.cmp(&b)));
+            for &taker in &takers {
+                for &via in zones {
+                    if via == taker {
+                        continue;
+                    }
+                    if let Some(chain) = self.chain_through(taker, via, &givers) {
+                        return Some(chain);
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// A chain taker ← via ← one of `givers` (see [`Engine::find_zone_chain`]).
+    fn chain_through(
+        &self,
+        taker: usize,
+        via: usize,
+        givers: &[usize],
+    ) -> Option<Vec<(usize, usize, usize)>> {
+        /// Partitions `q` tried per pair of zones: one only fails when the giver's sole
+        /// candidate is that same partition.
+        const FIRST_LEGS_MAX: usize = 2;
+        let taker_nodes = &self.m.zone_nodes[taker];
+        let via_nodes = self.by_dev_desc(&self.m.zone_nodes[via]);
+        let mut tried = 0;
+        for &b in &via_nodes {
+            if self.budget.node_full(b) {
+                continue;
+            }
+            for &q in &self.m.hosted[b] {
+                if !self.movable(q, false) {
+                    continue;
+                }
+                let Some(t) = self.best_target(q, Some(b), taker_nodes, true) else {
+                    continue;
+                };
+                tried += 1;
+                for &giver in givers {
+                    if giver == taker || giver == via {
+                        continue;
+                    }
+                    for &g in &self.by_dev_desc(&self.m.zone_nodes[giver]) {
+                        for &p in &self.m.hosted[g] {
+                            if p == q || !self.movable(p, false) {
+                                continue;
+                            }
+                            let first = self.touched(Some(b), t);
+                            let fits = |n: usize| {
+                                let mut both = first.clone();
+                                both.extend(self.touched(Some(g), n));
+                                self.budget.fits(&both, 2)
+                            };
+                            let takes = |n: &usize| {
+                                !self.m.hosted[*n].contains(&p)
+                                    && self.m.zone_count(p, via) < self.cap(p, via)
+                            };
+                            if let Some(n) =
+                                via_nodes.iter().copied().find(|n| takes(n) && fits(*n))
+                            {
+                                return Some(vec![(q, b, t), (p, g, n)]);
+                            }
+                            if via_nodes.iter().any(takes) && self.budget.fits(&first, 1) {
+                                return Some(vec![(q, b, t)]);
+                            }
+                        }
+                    }
+                }
+                if tried >= FIRST_LEGS_MAX {
+                    return None;
+                }
+            }
+        }
+        None
     }
 
     /// Moves replicas between nodes until each is within one of its ideal: within a zone,
@@ -2068,6 +2181,26 @@ mod tests {
             .map(|p| usize::from(p.replication_factor))
             .sum();
         20 + 4 * (replicas + input.partitions.len())
+    }
+
+    /// Found by `small_clusters_converge_balanced`: node 1 (many CUs) must hold 132 of 152
+    /// partitions; every partition on the nodes above their ideal is already on it, so it
+    /// only gets more through a chain (another node hands node 1 a partition and takes one
+    /// from a node above its ideal).
+    #[test]
+    fn a_nearly_full_node_is_filled_through_a_chain_of_two_moves() {
+        let mut input = random_cluster(&Spec {
+            seed: 7009176312147664906,
+            nodes: 12,
+            zones: 0,
+            partitions: 152,
+            rf_max: 5,
+            moves_per_node: 1,
+            moves_total: 7,
+        });
+        let bound = rounds_max(&input);
+        converge(&mut input, bound);
+        check_converged_within(&input, random_slack(&input));
     }
 
     proptest! {

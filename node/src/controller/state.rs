@@ -1,9 +1,11 @@
 //! The controller's replicated state and the commands that change it. Pure: the controller
 //! group applies commands in log order on every voter, so each computes the same state.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
+
+use super::planner;
 use tributary_types::limits::{CONSUMER_GROUPS_PER_HUB_MAX, RETENTION_MAX, RETENTION_MIN};
 use tributary_types::{
     DEFAULT_CONSUMER_GROUP, HubId, validate_consumer_group_name, validate_hub_name,
@@ -39,6 +41,8 @@ pub struct NodeRecord {
     pub zone: Option<String>,
     /// Drained for maintenance: leads no partition (its replicas stay and keep up).
     pub draining: bool,
+    /// Being removed: the placement controller moves every replica off it.
+    pub decommissioning: bool,
 }
 
 impl NodeRecord {
@@ -54,6 +58,7 @@ impl NodeRecord {
             capacity_units: 1,
             zone: None,
             draining: false,
+            decommissioning: false,
         }
     }
 
@@ -80,6 +85,56 @@ pub struct HubRecord {
     /// Reserved throughput units (1 MB/s or 1,000 events/s in, 2 MB/s or 4,096 events/s
     /// out each); 0: unthrottled.
     pub throughput_units: u32,
+    /// Partitions whose replica set has changed since creation: their groups already run,
+    /// so a replica that starts on a node never initializes one (even as the preferred
+    /// leader).
+    pub moved: BTreeSet<u16>,
+}
+
+impl HubRecord {
+    /// A partition's weight for placement: its share of the hub's throughput units, or one
+    /// unit when none are reserved.
+    pub fn partition_weight(&self) -> u32 {
+        if self.throughput_units == 0 {
+            1
+        } else {
+            self.throughput_units
+                .div_ceil(u32::from(self.partition_count.max(1)))
+                .max(1)
+        }
+    }
+}
+
+/// A replica being moved by the placement controller: `to` is added (as a learner that
+/// catches up, then a voter in the same membership change that drops `from`). The move is
+/// stored so that a new controller leader resumes it, or rolls it back while `to` has not
+/// become a voter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaMove {
+    pub hub: HubId,
+    pub partition: u16,
+    /// `None`: the partition gains a replica (it had fewer than its replication factor).
+    pub from: Option<u64>,
+    pub to: u64,
+    /// Wall-clock time the move started, for status and timeouts.
+    pub started_ms: i64,
+}
+
+impl ReplicaMove {
+    /// The replica set once the move is done: `to` takes `from`'s place (keeping the
+    /// preferred leader's position), or is appended.
+    pub fn target(&self, replicas: &[u64]) -> Vec<u64> {
+        let mut set = replicas.to_vec();
+        match self.from.and_then(|f| set.iter().position(|r| *r == f)) {
+            Some(i) => set[i] = self.to,
+            None => {
+                if !set.contains(&self.to) {
+                    set.push(self.to)
+                }
+            }
+        }
+        set
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -94,6 +149,8 @@ pub struct ClusterState {
     pub next_hub_id: u32,
     /// Counts applied commands; a newer state has a larger version.
     pub version: u64,
+    /// Replica moves under way (at most one per partition).
+    pub moves: Vec<ReplicaMove>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -114,6 +171,30 @@ pub enum Command {
         node: u64,
         draining: bool,
     },
+    /// Starts moving replicas off a node so that it can be removed (`decommissioning:
+    /// false` cancels what has not moved yet).
+    SetDecommissioning {
+        node: u64,
+        decommissioning: bool,
+    },
+    /// Starts replica moves (placement controller). Moves that no longer fit the state (a
+    /// partition already moving, a replica gone) are skipped.
+    StartMoves(Vec<ReplicaMove>),
+    /// A move whose membership change is done: the replica set takes its target.
+    FinishMove {
+        hub: HubId,
+        partition: u16,
+        to: u64,
+    },
+    /// Abandons a move (its target died or left): the replica set stays as it was.
+    AbortMove {
+        hub: HubId,
+        partition: u16,
+        to: u64,
+    },
+    /// Makes each listed node its partition's preferred leader (first replica); the
+    /// partition's leader hands leadership over once the node has caught up.
+    SetPreferredLeaders(Vec<(HubId, u16, u64)>),
     /// Changes a hub's reserved throughput units (0: unthrottled); applies at once.
     SetThroughputUnits {
         hub: String,
@@ -208,12 +289,69 @@ impl ClusterState {
                 record.draining = draining;
                 Ok(Reply::Done)
             }
+            Command::SetDecommissioning {
+                node,
+                decommissioning,
+            } => {
+                let record = self.nodes.get_mut(&node).ok_or_else(|| {
+                    err(
+                        ErrorKind::NotFound,
+                        format!(
+                            "node {node} is not part of this cluster; `tributary cluster status` lists its nodes"
+                        ),
+                    )
+                })?;
+                record.decommissioning = decommissioning;
+                Ok(Reply::Done)
+            }
+            Command::StartMoves(moves) => {
+                for mv in moves {
+                    if self.move_fits(&mv) {
+                        self.moves.push(mv);
+                    }
+                }
+                Ok(Reply::Done)
+            }
+            Command::FinishMove { hub, partition, to } => {
+                let Some(i) = self
+                    .moves
+                    .iter()
+                    .position(|m| m.hub == hub && m.partition == partition && m.to == to)
+                else {
+                    return Ok(Reply::Done);
+                };
+                let mv = self.moves.remove(i);
+                if let Some(record) = self.hubs.values_mut().find(|h| h.id == hub)
+                    && let Some(replicas) = record.replicas.get_mut(usize::from(partition))
+                {
+                    *replicas = mv.target(replicas);
+                    record.moved.insert(partition);
+                }
+                Ok(Reply::Done)
+            }
+            Command::AbortMove { hub, partition, to } => {
+                self.moves
+                    .retain(|m| !(m.hub == hub && m.partition == partition && m.to == to));
+                Ok(Reply::Done)
+            }
+            Command::SetPreferredLeaders(changes) => {
+                for (hub, partition, node) in changes {
+                    if let Some(record) = self.hubs.values_mut().find(|h| h.id == hub)
+                        && let Some(replicas) = record.replicas.get_mut(usize::from(partition))
+                        && let Some(i) = replicas.iter().position(|r| *r == node)
+                    {
+                        replicas[..=i].rotate_right(1);
+                    }
+                }
+                Ok(Reply::Done)
+            }
             Command::RegisterNode(mut node) => {
                 match self.nodes.get(&node.id) {
                     Some(known) if known.data_id == node.data_id => {
                         node.incarnation = known.incarnation;
                         node.incarnation_version = known.incarnation_version;
                         node.draining = known.draining;
+                        node.decommissioning = known.decommissioning;
                     }
                     Some(known) => {
                         // The node lost its data: its replicas come back as new members.
@@ -248,9 +386,11 @@ impl ClusterState {
                 Ok(Reply::Hub(record.clone()))
             }
             Command::DeleteHub { name } => {
-                self.hubs
+                let hub = self
+                    .hubs
                     .remove(&name)
                     .ok_or_else(|| hub_not_found(&name))?;
+                self.moves.retain(|m| m.hub != hub.id);
                 Ok(Reply::Done)
             }
             Command::CreateConsumerGroup { hub, name, now_ms } => {
@@ -327,9 +467,9 @@ impl ClusterState {
         }
         let nodes: Vec<u64> = self
             .nodes
-            .keys()
-            .copied()
-            .filter(|n| !down_nodes.contains(n))
+            .values()
+            .filter(|n| !down_nodes.contains(&n.id) && !n.decommissioning)
+            .map(|n| n.id)
             .collect();
         let down: Vec<u64> = self
             .nodes
@@ -374,7 +514,14 @@ impl ClusterState {
         self.next_hub_id = self.next_hub_id.max(1);
         let id = HubId(self.next_hub_id);
         self.next_hub_id += 1;
-        let replicas = place_replicas(&nodes, id, partition_count as u16, replication_factor);
+        // Capacity-aware: replicas and preferred leaders per capacity unit even out over
+        // the nodes that may hold them, and replicas of a partition spread over zones.
+        let replicas = planner::place_new(
+            &planner_nodes(self, &down),
+            &planner_partitions(self),
+            replication_factor,
+            partition_count as usize,
+        );
         let record = HubRecord {
             id,
             name: name.clone(),
@@ -386,6 +533,7 @@ impl ClusterState {
             replicas,
             created_version: self.version,
             throughput_units,
+            moved: BTreeSet::new(),
         };
         self.hubs.insert(name, record.clone());
         Ok(Reply::Hub(record))
@@ -393,6 +541,33 @@ impl ClusterState {
 }
 
 impl ClusterState {
+    /// Whether `mv` can start now: its partition exists and is not moving, `from` (if any)
+    /// holds a replica and `to` is a registered node that holds none.
+    fn move_fits(&self, mv: &ReplicaMove) -> bool {
+        let Some(replicas) = self
+            .hubs
+            .values()
+            .find(|h| h.id == mv.hub)
+            .and_then(|h| h.replicas.get(usize::from(mv.partition)))
+        else {
+            return false;
+        };
+        !self
+            .moves
+            .iter()
+            .any(|m| m.hub == mv.hub && m.partition == mv.partition)
+            && mv.from.is_none_or(|f| replicas.contains(&f))
+            && !replicas.contains(&mv.to)
+            && self.nodes.contains_key(&mv.to)
+    }
+
+    /// The move under way for a partition, if any.
+    pub fn move_of(&self, hub: HubId, partition: u16) -> Option<&ReplicaMove> {
+        self.moves
+            .iter()
+            .find(|m| m.hub == hub && m.partition == partition)
+    }
+
     /// Throughput units the cluster can reserve: [`THROUGHPUT_UNITS_PER_CAPACITY_UNIT`]
     /// per capacity unit of its nodes.
     pub fn throughput_capacity(&self) -> u64 {
@@ -436,22 +611,52 @@ impl ClusterState {
     }
 }
 
-/// Spreads replicas evenly: partition p of hub h starts at node (h + p) mod n and takes the
-/// next `replication_factor` nodes, so replicas and preferred leaders rotate over the nodes.
-/// (The placement issue replaces this with capacity-aware planning.)
-pub fn place_replicas(
-    nodes: &[u64],
-    hub: HubId,
-    partitions: u16,
-    replication_factor: u8,
-) -> Vec<Vec<u64>> {
-    assert!(!nodes.is_empty() && usize::from(replication_factor) <= nodes.len());
-    (0..partitions)
-        .map(|p| {
-            let start = (hub.0 as usize + p as usize) % nodes.len();
-            (0..usize::from(replication_factor))
-                .map(|r| nodes[(start + r) % nodes.len()])
-                .collect()
+/// The planner's picture of the nodes: decommissioning nodes and `down` nodes (found not
+/// answering) hold no new replicas.
+pub fn planner_nodes(state: &ClusterState, down: &[u64]) -> Vec<planner::PlannerNode> {
+    state
+        .nodes
+        .values()
+        .map(|n| planner::PlannerNode {
+            id: n.id,
+            capacity_units: n.capacity_units.max(1),
+            zone: n.zone.clone(),
+            state: if n.decommissioning {
+                planner::NodeState::Decommissioning
+            } else if down.contains(&n.id) {
+                planner::NodeState::Dead
+            } else {
+                // A draining node keeps its place as preferred leader: the partition
+                // leaders move leadership off it while it drains and back afterwards.
+                planner::NodeState::Up
+            },
+        })
+        .collect()
+}
+
+/// The planner's picture of the partitions, each led by its preferred replica (the
+/// partitions' leaders follow their preferred replica; see `Broker::move_leadership`) and
+/// with every other replica counted as caught up.
+pub fn planner_partitions(state: &ClusterState) -> Vec<planner::PlannerPartition> {
+    state
+        .hubs
+        .values()
+        .flat_map(|hub| {
+            hub.replicas
+                .iter()
+                .enumerate()
+                .map(|(p, replicas)| planner::PlannerPartition {
+                    id: planner::PartitionRef {
+                        hub: hub.id,
+                        partition: tributary_types::PartitionId(p as u16),
+                    },
+                    replication_factor: hub.replication_factor,
+                    weight: hub.partition_weight(),
+                    replicas: replicas.clone(),
+                    leader: replicas.first().copied(),
+                    caught_up: replicas.iter().skip(1).copied().collect(),
+                    last_moved_ms: None,
+                })
         })
         .collect()
 }
@@ -673,6 +878,177 @@ mod tests {
             state.apply(set("a", 41)).unwrap_err().kind,
             ErrorKind::InvalidArgument
         );
+    }
+
+    fn hub(state: &ClusterState, name: &str) -> HubRecord {
+        state.hubs[name].clone()
+    }
+
+    fn mv(hub: HubId, partition: u16, from: Option<u64>, to: u64) -> ReplicaMove {
+        ReplicaMove {
+            hub,
+            partition,
+            from,
+            to,
+            started_ms: 7,
+        }
+    }
+
+    #[test]
+    fn replica_moves_start_once_per_partition_then_finish_or_abort() {
+        let mut state = cluster(4);
+        create(&mut state, "h", 2, Some(3)).unwrap();
+        let h = hub(&state, "h");
+        let before = h.replicas.clone();
+        let outside = |p: usize| (1..=4).find(|n| !before[p].contains(n)).unwrap();
+        let first = before[0][0];
+        state
+            .apply(Command::StartMoves(vec![
+                mv(h.id, 0, Some(first), outside(0)),
+                // A second move of the same partition waits for the first.
+                mv(h.id, 0, Some(before[0][1]), outside(0)),
+                // `from` holds no replica: skipped.
+                mv(h.id, 1, Some(outside(1)), outside(1)),
+                // `to` already holds one: skipped.
+                mv(h.id, 1, None, before[1][1]),
+                // Unknown node: skipped.
+                mv(h.id, 1, Some(before[1][0]), 99),
+            ]))
+            .unwrap();
+        assert_eq!(state.moves, vec![mv(h.id, 0, Some(first), outside(0))]);
+        // The replica set is unchanged until the move finishes.
+        assert_eq!(hub(&state, "h").replicas, before);
+        assert!(state.move_of(h.id, 0).is_some() && state.move_of(h.id, 1).is_none());
+        state
+            .apply(Command::FinishMove {
+                hub: h.id,
+                partition: 0,
+                to: outside(0),
+            })
+            .unwrap();
+        let after = hub(&state, "h");
+        // The new replica takes the old one's place (here: preferred leader).
+        assert_eq!(after.replicas[0][0], outside(0));
+        assert_eq!(&after.replicas[0][1..], &before[0][1..]);
+        assert!(after.moved.contains(&0) && !after.moved.contains(&1));
+        assert!(state.moves.is_empty());
+
+        state
+            .apply(Command::StartMoves(vec![mv(h.id, 1, None, outside(1))]))
+            .unwrap();
+        // Aborting another target does nothing; aborting this one leaves the set as it was.
+        state
+            .apply(Command::AbortMove {
+                hub: h.id,
+                partition: 1,
+                to: 42,
+            })
+            .unwrap();
+        assert_eq!(state.moves.len(), 1);
+        state
+            .apply(Command::AbortMove {
+                hub: h.id,
+                partition: 1,
+                to: outside(1),
+            })
+            .unwrap();
+        assert!(state.moves.is_empty());
+        assert_eq!(hub(&state, "h").replicas[1], before[1]);
+        assert!(!hub(&state, "h").moved.contains(&1));
+
+        // Deleting a hub ends its moves.
+        state
+            .apply(Command::StartMoves(vec![mv(h.id, 1, None, outside(1))]))
+            .unwrap();
+        state
+            .apply(Command::DeleteHub { name: "h".into() })
+            .unwrap();
+        assert!(state.moves.is_empty());
+    }
+
+    #[test]
+    fn move_targets_append_or_replace_in_place() {
+        let m = mv(HubId(1), 0, Some(2), 9);
+        assert_eq!(m.target(&[1, 2, 3]), vec![1, 9, 3]);
+        assert_eq!(mv(HubId(1), 0, None, 9).target(&[1, 2]), vec![1, 2, 9]);
+        // A source that already left: the target is added.
+        assert_eq!(mv(HubId(1), 0, Some(7), 9).target(&[1, 2]), vec![1, 2, 9]);
+    }
+
+    #[test]
+    fn preferred_leaders_move_to_the_front() {
+        let mut state = cluster(3);
+        create(&mut state, "h", 1, Some(3)).unwrap();
+        let h = hub(&state, "h");
+        let [a, b, c] = <[u64; 3]>::try_from(h.replicas[0].clone()).unwrap();
+        state
+            .apply(Command::SetPreferredLeaders(vec![
+                (h.id, 0, c),
+                // Not a replica, or no such partition: ignored.
+                (h.id, 0, 77),
+                (h.id, 5, a),
+            ]))
+            .unwrap();
+        assert_eq!(hub(&state, "h").replicas[0], vec![c, a, b]);
+    }
+
+    #[test]
+    fn decommissioning_nodes_take_no_new_replicas_and_stay_decommissioning() {
+        let mut state = cluster(4);
+        state
+            .apply(Command::SetDecommissioning {
+                node: 4,
+                decommissioning: true,
+            })
+            .unwrap();
+        state
+            .apply(Command::RegisterNode(NodeRecord::new(
+                4,
+                "c4".into(),
+                "p4".into(),
+                104,
+            )))
+            .unwrap();
+        assert!(state.nodes[&4].decommissioning);
+        let Reply::Hub(h) = create(&mut state, "h", 12, Some(3)).unwrap() else {
+            panic!("hub expected");
+        };
+        assert!(
+            h.replicas.iter().all(|r| !r.contains(&4)),
+            "{:?}",
+            h.replicas
+        );
+        // Three nodes are left: RF 4 no longer fits.
+        let err = create(&mut state, "big", 1, Some(4)).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::InvalidArgument);
+        let err = state
+            .apply(Command::SetDecommissioning {
+                node: 9,
+                decommissioning: true,
+            })
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn new_hubs_spread_replicas_and_leaders_by_capacity_units() {
+        let mut state = ClusterState::default();
+        for (id, cu) in [(1, 1), (2, 1), (3, 2)] {
+            state
+                .apply(Command::RegisterNode(NodeRecord {
+                    capacity_units: cu,
+                    ..NodeRecord::new(id, format!("c{id}"), format!("p{id}"), 100 + id)
+                }))
+                .unwrap();
+        }
+        let Reply::Hub(h) = create(&mut state, "h", 16, Some(2)).unwrap() else {
+            panic!("hub expected");
+        };
+        let count = |n: u64| h.replicas.iter().filter(|r| r.contains(&n)).count();
+        let leads = |n: u64| h.replicas.iter().filter(|r| r[0] == n).count();
+        // 32 replicas over 4 CUs: 8 per CU; 16 leaders: 4 per CU.
+        assert_eq!((count(1), count(2), count(3)), (8, 8, 16));
+        assert_eq!((leads(1), leads(2), leads(3)), (4, 4, 8));
     }
 
     #[test]

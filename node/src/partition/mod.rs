@@ -87,6 +87,21 @@ pub struct Partition {
     /// This partition's share of its hub's throughput units, in and out.
     ingress: Mutex<throttle::Throttle>,
     egress: Mutex<throttle::Throttle>,
+    traffic: Traffic,
+}
+
+/// A partition replica's traffic since it started (event bodies; appends count on the
+/// replica that led them).
+#[derive(Debug, Default)]
+pub struct Traffic {
+    pub bytes_in: AtomicU64,
+    pub events_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    pub events_out: AtomicU64,
+}
+
+fn body_bytes<'a>(records: impl IntoIterator<Item = &'a EventRecord>) -> u64 {
+    records.into_iter().map(|r| r.body.len() as u64).sum()
 }
 
 impl std::fmt::Debug for Partition {
@@ -141,6 +156,7 @@ impl Partition {
             caught_up_term: AtomicU64::new(0),
             ingress: Mutex::new(throttle::Throttle::new()),
             egress: Mutex::new(throttle::Throttle::new()),
+            traffic: Traffic::default(),
         })
     }
 
@@ -321,6 +337,14 @@ impl Partition {
             RaftError::APIError(other) => storage(other),
             RaftError::Fatal(fatal) => storage(fatal),
         })?;
+        if let ProposalResult::Appended(_) = &response.data {
+            self.traffic
+                .events_in
+                .fetch_add(records.len() as u64, Ordering::Relaxed);
+            self.traffic
+                .bytes_in
+                .fetch_add(body_bytes(records), Ordering::Relaxed);
+        }
         match response.data {
             ProposalResult::OutOfOrder { expected, received } => {
                 Err(PartitionError::OutOfOrder { expected, received })
@@ -398,6 +422,12 @@ impl Partition {
                     e.sequence + 1
                 });
         }
+        self.traffic
+            .events_out
+            .fetch_add(out.len() as u64, Ordering::Relaxed);
+        self.traffic
+            .bytes_out
+            .fetch_add(body_bytes(out.iter().map(|e| &e.record)), Ordering::Relaxed);
         Ok(out)
     }
 
@@ -422,6 +452,11 @@ impl Partition {
                 self.group
             ))),
         }
+    }
+
+    /// Traffic through this replica since it started.
+    pub fn traffic(&self) -> &Traffic {
+        &self.traffic
     }
 
     /// How many times readers have read this partition's storage; shows that a caught-up
