@@ -17,7 +17,8 @@ pub const PROMOTE_LAG_MAX: u64 = 64;
 /// What one reconciliation pass did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VoterChange {
-    /// This replica does not lead the group, or the voters already match.
+    /// This replica does not lead the group, or the voters already match (and no change is
+    /// left half-done).
     Nothing,
     /// Members were added as learners, or learners are still catching up.
     CatchingUp(Vec<u64>),
@@ -56,11 +57,10 @@ where
         )
     };
     let wanted: BTreeSet<u64> = desired.keys().copied().collect();
-    if joint {
-        // A change is already under way; it finishes on its own.
-        return Ok(VoterChange::Nothing);
-    }
-    if voters == wanted {
+    // A joint config seen here is a change left half-done: its leader lost leadership
+    // between the joint and the final config (openraft does not finish it by itself), so
+    // it is driven on to `wanted` below (openraft changes from a joint config directly).
+    if voters == wanted && !joint {
         // Learners left over from an abandoned change (a replica move rolled back) stop
         // receiving the log.
         let stray: BTreeSet<u64> = learners.difference(&wanted).copied().collect();

@@ -190,11 +190,8 @@ async fn await_balance(
     }
 }
 
-/// Item 2 of the placement issue. Ignored by default for now: in a loaded full run a replica
-/// move has been seen to stall in catch-up (the issue stays open until this runs green);
-/// `cargo test -p tributary-cluster-tests --test it -- --ignored placement` runs it.
+/// Item 2 of the placement issue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a replica move can stall under a loaded full run; under investigation"]
 async fn nodes_added_with_2_and_1_capacity_units_take_proportional_replicas_and_leaders() {
     let dir = TestDir::new("placement-scale-out");
     let mut cluster = LocalCluster::start_with_env(dir.path(), 3, ENV).await;
@@ -390,11 +387,8 @@ async fn a_node_dead_past_the_timeout_is_replaced_and_back_drops_its_stale_repli
     println!("{}", verify(&cluster, "dead", SMALL, &outcome).await);
 }
 
-/// Item 5 of the placement issue. Ignored by default for now, like the scale-out test: it
-/// shares its stall, and its watcher has seen a follower counted behind right after an
-/// election.
+/// Item 5 of the placement issue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "shares the scale-out test's intermittent move stall; under investigation"]
 async fn the_controller_leader_killed_during_moves_leaves_every_partition_a_quorum() {
     let dir = TestDir::new("placement-controller-kill");
     let mut cluster = LocalCluster::start_with_env(dir.path(), 3, ENV).await;

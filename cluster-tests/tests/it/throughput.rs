@@ -9,10 +9,11 @@ use tributary_client::{Client, ErrorReason, EventData, SendTarget};
 use tributary_cluster_tests::{NodeProcess, TestDir};
 
 const EVENT_BYTES: usize = 10_000;
-/// Twelve senders, each one 10 kB event every 40 ms: 3 MB/s offered (many senders, so the
-/// offered rate does not depend on how fast one send is acknowledged).
-const SENDERS: usize = 12;
-const SEND_EVERY: Duration = Duration::from_millis(40);
+/// 48 senders, each one 10 kB event every 160 ms: 3 MB/s offered (many senders, so the
+/// offered rate does not depend on how fast one send is acknowledged, even when other
+/// tests load the machine and a send takes hundreds of milliseconds).
+const SENDERS: usize = 48;
+const SEND_EVERY: Duration = Duration::from_millis(160);
 const MEASURE_FOR: Duration = Duration::from_secs(6);
 
 struct Offered {
