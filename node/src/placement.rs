@@ -156,13 +156,6 @@ pub fn decide(
         limits,
         now_ms,
     };
-    let replicas_of = |hub: HubId, partition: u16| {
-        state
-            .hubs
-            .values()
-            .find(|h| h.id == hub)
-            .and_then(|h| h.replicas.get(usize::from(partition)))
-    };
     let mut decision = Decision::default();
     for mv in planner::plan(&input) {
         match mv {
@@ -172,7 +165,7 @@ pub fn decide(
                 to,
             } => {
                 let (hub, index) = (partition.hub, partition.partition.0);
-                let settled = replicas_of(hub, index).is_some_and(|replicas| {
+                let settled = state.replicas_of(hub, index).is_some_and(|replicas| {
                     reports
                         .leader_view(group_of(hub, index))
                         .is_some_and(|view| voters_are(state, view, replicas))
@@ -215,12 +208,7 @@ pub fn move_step(
     dead: &[u64],
     mv: &ReplicaMove,
 ) -> MoveStep {
-    let Some(replicas) = state
-        .hubs
-        .values()
-        .find(|h| h.id == mv.hub)
-        .and_then(|h| h.replicas.get(usize::from(mv.partition)))
-    else {
+    let Some(replicas) = state.replicas_of(mv.hub, mv.partition) else {
         return MoveStep::RollBack;
     };
     let view = reports.leader_view(group_of(mv.hub, mv.partition));
@@ -381,24 +369,25 @@ impl Placement {
             now_ms,
         );
         if !decision.leaders.is_empty() {
+            self.runtime
+                .propose(Command::SetPreferredLeaders(decision.leaders.clone()))
+                .await?;
             for (hub, partition, to) in &decision.leaders {
                 tracker.last_moved.insert((*hub, *partition), now_ms);
                 tracing::info!(group = %group_of(*hub, *partition), to, "preferred leader moves");
             }
-            self.runtime
-                .propose(Command::SetPreferredLeaders(decision.leaders))
-                .await?;
         }
         if !decision.moves.is_empty() {
+            self.runtime
+                .propose(Command::StartMoves(decision.moves.clone()))
+                .await?;
+            // Logged once stored; a move that no longer fit the state was skipped there.
             for mv in &decision.moves {
                 tracker.last_moved.insert((mv.hub, mv.partition), now_ms);
                 tracing::info!(group = %group_of(mv.hub, mv.partition), from = ?mv.from, to = mv.to, "replica move starts");
             }
             metrics::counter!("tributary_replica_moves_started_total")
                 .increment(decision.moves.len() as u64);
-            self.runtime
-                .propose(Command::StartMoves(decision.moves))
-                .await?;
         }
         metrics::gauge!("tributary_replica_moves_in_flight").set(state.moves.len() as f64);
         metrics::gauge!("tributary_nodes_dead").set(dead.len() as f64);
@@ -435,18 +424,7 @@ mod tests {
     use crate::controller::state::{NewHub, NodeRecord, Reply};
 
     fn cluster(nodes: u64) -> ClusterState {
-        let mut state = ClusterState::default();
-        for id in 1..=nodes {
-            state
-                .apply(Command::RegisterNode(NodeRecord::new(
-                    id,
-                    format!("c{id}"),
-                    format!("p{id}"),
-                    100 + id,
-                )))
-                .unwrap();
-        }
-        state
+        crate::controller::state::test_cluster(nodes)
     }
 
     fn create(state: &mut ClusterState, partitions: u32, rf: u8) -> HubId {

@@ -266,19 +266,11 @@ pub async fn cluster_status(broker: &Broker) -> pb::ClusterStatus {
             healthy < p.replicas.len()
         })
         .count() as u32;
-    let hub_name = |id| {
-        state
-            .hubs
-            .values()
-            .find(|h| h.id == id)
-            .map(|h| h.name.clone())
-            .unwrap_or_default()
-    };
     let moves = state
         .moves
         .iter()
         .map(|m| pb::ReplicaMoveStatus {
-            event_hub: hub_name(m.hub),
+            event_hub: state.hub_name(m.hub),
             partition_id: m.partition.to_string(),
             from: m.from.unwrap_or(0),
             to: m.to,

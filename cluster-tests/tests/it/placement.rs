@@ -425,10 +425,12 @@ async fn the_controller_leader_killed_during_moves_leaves_every_partition_a_quor
                     continue;
                 };
                 looks += 1;
-                // Partitions whose leader is up (while a dead leader's partitions elect a
-                // new one, nobody can tell who is caught up).
+                // Partitions whose leader vouches for itself in this status (while a dead
+                // leader's partitions elect a new one, nobody can tell who is caught up).
                 let leader_up = |p: &&tributary_proto::v1::PartitionStatus| {
-                    p.replicas.iter().any(|r| r.node == p.leader && r.up)
+                    p.replicas
+                        .iter()
+                        .any(|r| r.node == p.leader && r.up && r.caught_up)
                 };
                 for p in status.partitions.iter().filter(leader_up) {
                     let healthy = p.replicas.iter().filter(|r| r.up && r.caught_up).count();

@@ -64,20 +64,12 @@ impl Management for ManagementService {
     ) -> Result<Response<pb::PlanRebalanceResponse>, Status> {
         let (decision, down_nodes) = self.placement.dry_run().await;
         let state = self.broker.runtime().state();
-        let hub_name = |id| {
-            state
-                .hubs
-                .values()
-                .find(|h| h.id == id)
-                .map(|h| h.name.clone())
-                .unwrap_or_default()
-        };
         let mut moves: Vec<pb::PlannedMove> = decision
             .moves
             .iter()
             .map(|m| pb::PlannedMove {
                 kind: "replica".into(),
-                event_hub: hub_name(m.hub),
+                event_hub: state.hub_name(m.hub),
                 partition_id: m.partition.to_string(),
                 from: m.from.unwrap_or(0),
                 to: m.to,
@@ -85,15 +77,12 @@ impl Management for ManagementService {
             .collect();
         moves.extend(decision.leaders.iter().map(|(hub, partition, to)| {
             let from = state
-                .hubs
-                .values()
-                .find(|h| h.id == *hub)
-                .and_then(|h| h.replicas.get(usize::from(*partition)))
+                .replicas_of(*hub, *partition)
                 .and_then(|r| r.first().copied())
                 .unwrap_or(0);
             pb::PlannedMove {
                 kind: "leader".into(),
-                event_hub: hub_name(*hub),
+                event_hub: state.hub_name(*hub),
                 partition_id: partition.to_string(),
                 from,
                 to: *to,

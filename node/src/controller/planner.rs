@@ -1001,13 +1001,37 @@ impl Engine {
         via: usize,
         givers: &[usize],
     ) -> Option<Vec<(usize, usize, usize)>> {
-        /// Partitions `q` tried per pair of zones: one only fails when the giver's sole
-        /// candidate is that same partition.
+        let giver_nodes: Vec<usize> = givers
+            .iter()
+            .filter(|&&z| z != taker && z != via)
+            .flat_map(|&z| self.by_dev_desc(&self.m.zone_nodes[z]))
+            .collect();
+        self.chain_legs(
+            &self.m.zone_nodes[taker],
+            &self.by_dev_desc(&self.m.zone_nodes[via]),
+            &giver_nodes,
+            true,
+        )
+    }
+
+    /// Two moves `(q, b, t)` (a node `b` of `via_nodes` hands a node `t` of `taker_nodes` a
+    /// partition it lacks) and `(p, g, n)` (a node `n` of `via_nodes` takes a partition from
+    /// a node `g` of `giver_nodes`): the via nodes' total stays, the giver loses one and the
+    /// taker gains one. Only the first leg when the limits leave no room for both in this
+    /// plan (the next plan then finds the second as a single move). `across_zones`: the
+    /// three groups are different zones, whose caps are checked.
+    fn chain_legs(
+        &self,
+        taker_nodes: &[usize],
+        via_nodes: &[usize],
+        giver_nodes: &[usize],
+        across_zones: bool,
+    ) -> Option<Vec<(usize, usize, usize)>> {
+        /// First legs tried: one only fails when the giver's sole candidate is that same
+        /// partition.
         const FIRST_LEGS_MAX: usize = 2;
-        let taker_nodes = &self.m.zone_nodes[taker];
-        let via_nodes = self.by_dev_desc(&self.m.zone_nodes[via]);
         let mut tried = 0;
-        for &b in &via_nodes {
+        for &b in via_nodes {
             if self.budget.node_full(b) {
                 continue;
             }
@@ -1015,42 +1039,79 @@ impl Engine {
                 if !self.movable(q, false) {
                     continue;
                 }
-                let Some(t) = self.best_target(q, Some(b), taker_nodes, true) else {
+                let Some(t) = self.best_target(q, Some(b), taker_nodes, across_zones) else {
                     continue;
                 };
                 tried += 1;
-                for &giver in givers {
-                    if giver == taker || giver == via {
-                        continue;
-                    }
-                    for &g in &self.by_dev_desc(&self.m.zone_nodes[giver]) {
-                        for &p in &self.m.hosted[g] {
-                            if p == q || !self.movable(p, false) {
-                                continue;
-                            }
-                            let first = self.touched(Some(b), t);
-                            let fits = |n: usize| {
-                                let mut both = first.clone();
-                                both.extend(self.touched(Some(g), n));
-                                self.budget.fits(&both, 2)
-                            };
-                            let takes = |n: &usize| {
-                                !self.m.hosted[*n].contains(&p)
-                                    && self.m.zone_count(p, via) < self.cap(p, via)
-                            };
-                            if let Some(n) =
-                                via_nodes.iter().copied().find(|n| takes(n) && fits(*n))
-                            {
-                                return Some(vec![(q, b, t), (p, g, n)]);
-                            }
-                            if via_nodes.iter().any(takes) && self.budget.fits(&first, 1) {
-                                return Some(vec![(q, b, t)]);
-                            }
+                let first = self.touched(Some(b), t);
+                for &g in giver_nodes {
+                    for &p in &self.m.hosted[g] {
+                        if p == q || !self.movable(p, false) {
+                            continue;
+                        }
+                        let fits = |n: usize| {
+                            let mut both = first.clone();
+                            both.extend(self.touched(Some(g), n));
+                            self.budget.fits(&both, 2)
+                        };
+                        let takes = |n: &usize| {
+                            !self.m.hosted[*n].contains(&p)
+                                && (!across_zones || {
+                                    let zone = self.m.zone[*n];
+                                    self.m.zone_count(p, zone) < self.cap(p, zone)
+                                })
+                        };
+                        if let Some(n) = via_nodes.iter().copied().find(|n| takes(n) && fits(*n)) {
+                            return Some(vec![(q, b, t), (p, g, n)]);
+                        }
+                        if via_nodes.iter().any(takes) && self.budget.fits(&first, 1) {
+                            return Some(vec![(q, b, t)]);
                         }
                     }
                 }
                 if tried >= FIRST_LEGS_MAX {
                     return None;
+                }
+            }
+        }
+        None
+    }
+
+    /// Within one zone, the node-level chain of [`Engine::chain_legs`] for nodes no single
+    /// move can bring into range.
+    fn find_node_chain(
+        &self,
+        nodes: &[usize],
+        counts: &[i64],
+        ideals: &[f64],
+    ) -> Option<Vec<(usize, usize, usize)>> {
+        let dev = |n: usize| counts[n] as f64 - ideals[n];
+        for bound in [ceil_of as fn(f64) -> i64, floor_of] {
+            let mut takers: Vec<usize> = nodes
+                .iter()
+                .copied()
+                .filter(|&n| counts[n] < bound(ideals[n]))
+                .collect();
+            takers.sort_by(|&a, &b| dev(a).total_cmp(&dev(b)).then(a.cmp(&b)));
+            for &t in &takers {
+                let zone = self.m.zone[t];
+                let same_zone: Vec<usize> = self
+                    .by_dev_desc(nodes)
+                    .into_iter()
+                    .filter(|&n| n != t && self.m.zone[n] == zone)
+                    .collect();
+                for &b in &same_zone {
+                    let givers: Vec<usize> = same_zone
+                        .iter()
+                        .copied()
+                        .filter(|&g| g != b && counts[g] > bound(ideals[g]))
+                        .collect();
+                    if givers.is_empty() {
+                        continue;
+                    }
+                    if let Some(legs) = self.chain_legs(&[t], &[b], &givers, false) {
+                        return Some(legs);
+                    }
                 }
             }
         }
@@ -1090,8 +1151,16 @@ impl Engine {
                         None
                     }
                 });
-            match found {
-                Some((p, from, to)) => self.move_replica(p, Some(from), to),
+            if let Some((p, from, to)) = found {
+                self.move_replica(p, Some(from), to);
+                continue;
+            }
+            match self.find_node_chain(&nodes, &counts, &ideals) {
+                Some(legs) => {
+                    for (p, from, to) in legs {
+                        self.move_replica(p, Some(from), to);
+                    }
+                }
                 None => break,
             }
         }
@@ -2181,6 +2250,24 @@ mod tests {
             .map(|p| usize::from(p.replication_factor))
             .sum();
         20 + 4 * (replicas + input.partitions.len())
+    }
+
+    /// Found by `small_clusters_converge_balanced`: four nodes in one zone, one of which
+    /// must hold 96 of 108 partitions: filled through a chain inside the zone.
+    #[test]
+    fn a_nearly_full_node_in_a_zone_is_filled_through_a_chain_inside_it() {
+        let mut input = random_cluster(&Spec {
+            seed: 71719330624563076,
+            nodes: 4,
+            zones: 1,
+            partitions: 108,
+            rf_max: 2,
+            moves_per_node: 1,
+            moves_total: 1,
+        });
+        let bound = rounds_max(&input);
+        converge(&mut input, bound);
+        check_converged_within(&input, random_slack(&input));
     }
 
     /// Found by `small_clusters_converge_balanced`: node 1 (many CUs) must hold 132 of 152

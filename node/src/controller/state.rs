@@ -544,12 +544,7 @@ impl ClusterState {
     /// Whether `mv` can start now: its partition exists and is not moving, `from` (if any)
     /// holds a replica and `to` is a registered node that holds none.
     fn move_fits(&self, mv: &ReplicaMove) -> bool {
-        let Some(replicas) = self
-            .hubs
-            .values()
-            .find(|h| h.id == mv.hub)
-            .and_then(|h| h.replicas.get(usize::from(mv.partition)))
-        else {
+        let Some(replicas) = self.replicas_of(mv.hub, mv.partition) else {
             return false;
         };
         !self
@@ -559,6 +554,24 @@ impl ClusterState {
             && mv.from.is_none_or(|f| replicas.contains(&f))
             && !replicas.contains(&mv.to)
             && self.nodes.contains_key(&mv.to)
+    }
+
+    /// The hub with this id.
+    pub fn hub_by_id(&self, id: HubId) -> Option<&HubRecord> {
+        self.hubs.values().find(|h| h.id == id)
+    }
+
+    /// The name of the hub with this id ("" when it is gone).
+    pub fn hub_name(&self, id: HubId) -> String {
+        self.hub_by_id(id)
+            .map(|h| h.name.clone())
+            .unwrap_or_default()
+    }
+
+    /// A partition's replica set (preferred leader first).
+    pub fn replicas_of(&self, hub: HubId, partition: u16) -> Option<&Vec<u64>> {
+        self.hub_by_id(hub)
+            .and_then(|h| h.replicas.get(usize::from(partition)))
     }
 
     /// The move under way for a partition, if any.
@@ -661,23 +674,29 @@ pub fn planner_partitions(state: &ClusterState) -> Vec<planner::PlannerPartition
         .collect()
 }
 
+/// A cluster state with nodes 1..=`nodes` registered (one CU each, no zones), for tests.
+#[cfg(test)]
+pub(crate) fn test_cluster(nodes: u64) -> ClusterState {
+    let mut state = ClusterState::default();
+    for id in 1..=nodes {
+        state
+            .apply(Command::RegisterNode(NodeRecord::new(
+                id,
+                format!("c{id}"),
+                format!("p{id}"),
+                100 + id,
+            )))
+            .unwrap();
+    }
+    state
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn cluster(nodes: u64) -> ClusterState {
-        let mut state = ClusterState::default();
-        for id in 1..=nodes {
-            state
-                .apply(Command::RegisterNode(NodeRecord::new(
-                    id,
-                    format!("c{id}"),
-                    format!("p{id}"),
-                    100 + id,
-                )))
-                .unwrap();
-        }
-        state
+        test_cluster(nodes)
     }
 
     fn create(
