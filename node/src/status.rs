@@ -196,16 +196,26 @@ pub async fn cluster_status(broker: &Broker) -> pb::ClusterStatus {
         })
         .collect();
     let mut partitions = Vec::new();
+    // Partitions with fewer up-to-date voters than their replication factor.
+    let mut under_replicated = 0u32;
     for hub in state.hubs.values() {
-        for (p, replicas) in hub.replicas.iter().enumerate() {
+        for (p, assigned) in hub.replicas.iter().enumerate() {
             let group = GroupId::new(hub.id, PartitionId(p as u16), 0);
+            // A replica moving in is listed too: once its leader has changed the voters it
+            // is part of the partition's quorum before the controller records the move done.
+            let mut replicas = assigned.clone();
+            if let Some(mv) = state.move_of(hub.id, p as u16)
+                && !replicas.contains(&mv.to)
+            {
+                replicas.push(mv.to);
+            }
             let leader = replicas
                 .iter()
                 .filter_map(|r| group_on(*r, group))
                 .max_by_key(|g| g.term)
                 .map_or(0, |g| g.leader);
             let leader_view = group_on(leader, group).filter(|g| g.leader == leader);
-            let replicas = replicas
+            let replicas: Vec<pb::ReplicaStatus> = replicas
                 .iter()
                 .map(|&node| {
                     let own = group_on(node, group);
@@ -226,7 +236,13 @@ pub async fn cluster_status(broker: &Broker) -> pb::ClusterStatus {
                             // progress yet; what a follower has applied is committed, so
                             // it counts as stored.
                             let applied = own.is_some_and(|g| near(g.last_applied_index));
-                            matched || applied
+                            // Only a voter counts: a learner still being brought in is
+                            // no part of a quorum, however far it has got.
+                            let voter = state
+                                .nodes
+                                .get(&node)
+                                .is_some_and(|record| view.voters.contains(&record.member()));
+                            voter && (matched || applied)
                         }
                         None => false,
                     };
@@ -251,6 +267,10 @@ pub async fn cluster_status(broker: &Broker) -> pb::ClusterStatus {
                     node.events_out += view.events_out;
                 }
             }
+            let healthy = replicas.iter().filter(|r| r.up && r.caught_up).count();
+            if healthy < usize::from(hub.replication_factor) {
+                under_replicated += 1;
+            }
             partitions.push(pb::PartitionStatus {
                 event_hub: hub.name.clone(),
                 partition_id: p.to_string(),
@@ -259,13 +279,6 @@ pub async fn cluster_status(broker: &Broker) -> pb::ClusterStatus {
             });
         }
     }
-    let under_replicated = partitions
-        .iter()
-        .filter(|p| {
-            let healthy = p.replicas.iter().filter(|r| r.up && r.caught_up).count();
-            healthy < p.replicas.len()
-        })
-        .count() as u32;
     let moves = state
         .moves
         .iter()
