@@ -427,6 +427,18 @@ mod tests {
         crate::controller::state::test_cluster(nodes)
     }
 
+    /// Node `id` joins (registers) the cluster.
+    fn join(state: &mut ClusterState, id: u64) {
+        state
+            .apply(Command::RegisterNode(NodeRecord::new(
+                id,
+                format!("c{id}"),
+                format!("p{id}"),
+                100 + id,
+            )))
+            .unwrap();
+    }
+
     fn create(state: &mut ClusterState, partitions: u32, rf: u8) -> HubId {
         let Reply::Hub(hub) = state
             .apply(Command::CreateHub(NewHub {
@@ -487,14 +499,7 @@ mod tests {
         let mut state = cluster(3);
         create(&mut state, 12, 3);
         // A fourth node joins: a quarter of the replicas should move to it.
-        state
-            .apply(Command::RegisterNode(NodeRecord::new(
-                4,
-                "c4".into(),
-                "p4".into(),
-                104,
-            )))
-            .unwrap();
+        join(&mut state, 4);
         let settled = reports(&state, |_, replicas| replicas.to_vec());
         let decision = decide(&state, &settled, &[], &HashMap::new(), limits(), 50);
         assert_eq!(decision.moves.len(), 9, "{decision:?}");
@@ -582,14 +587,7 @@ mod tests {
     fn moves_under_way_count_as_done() {
         let mut state = cluster(3);
         create(&mut state, 12, 3);
-        state
-            .apply(Command::RegisterNode(NodeRecord::new(
-                4,
-                "c4".into(),
-                "p4".into(),
-                104,
-            )))
-            .unwrap();
+        join(&mut state, 4);
         let settled = reports(&state, |_, replicas| replicas.to_vec());
         let all = decide(&state, &settled, &[], &HashMap::new(), limits(), 0);
         // Start the first few; the plan then holds only the rest, on other partitions.
@@ -610,14 +608,7 @@ mod tests {
     fn a_recently_moved_partition_waits_for_its_cooldown() {
         let mut state = cluster(3);
         let hub = create(&mut state, 3, 3);
-        state
-            .apply(Command::RegisterNode(NodeRecord::new(
-                4,
-                "c4".into(),
-                "p4".into(),
-                104,
-            )))
-            .unwrap();
+        join(&mut state, 4);
         let settled = reports(&state, |_, replicas| replicas.to_vec());
         let limits = Limits {
             cooldown_ms: 1000,
