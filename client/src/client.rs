@@ -59,6 +59,11 @@ impl Client {
         crate::IdempotentProducer::new(self.producer())
     }
 
+    /// The checkpoint store the cluster hosts, sharing this client's connections.
+    pub fn checkpoint_store(&self) -> crate::ClusterCheckpointStore {
+        crate::ClusterCheckpointStore::new(self)
+    }
+
     /// A consumer sharing this client's connections.
     pub fn consumer(&self) -> ConsumerClient {
         ConsumerClient::new(self.routing.clone())

@@ -26,6 +26,7 @@
 //!
 //! The client never depends on the server crates; it speaks only the `tributary.v1` gRPC API.
 
+pub mod checkpoints;
 pub mod cli;
 mod client;
 mod consumer;
@@ -37,6 +38,7 @@ mod producer;
 mod routing;
 mod time;
 
+pub use checkpoints::{CheckpointStore, ClusterCheckpointStore, InMemoryCheckpointStore};
 pub use client::Client;
 pub use consumer::{ConsumerClient, ReceiveStream};
 pub use diagnostics::{ReplicaListing, ReplicaSummary, body_checksum, replica_digest};

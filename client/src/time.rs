@@ -6,6 +6,14 @@ use std::time::{Duration, UNIX_EPOCH};
 const FORMATTABLE_SECONDS_MAX: u64 = 253_402_300_800;
 
 /// `2024-05-01T12:00:00.250Z`, or `None` for times before 1970 or after year 9999.
+/// This machine's time in milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
 pub(crate) fn rfc3339_millis(time_ms: i64) -> Option<String> {
     let time_ms = u64::try_from(time_ms).ok()?;
     let since_epoch = Duration::from_millis(time_ms);

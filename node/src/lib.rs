@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod broker;
+pub mod checkpoints;
 pub mod cluster;
 pub mod config;
 pub mod controller;
@@ -24,6 +25,7 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 use tributary_proto::peer::cluster_server::ClusterServer;
 use tributary_proto::peer::node_status_server::NodeStatusServer;
+use tributary_proto::v1::checkpoint_store_server::CheckpointStoreServer;
 use tributary_proto::v1::consumer_server::ConsumerServer;
 use tributary_proto::v1::diagnostics_server::DiagnosticsServer;
 use tributary_proto::v1::management_server::ManagementServer;
@@ -39,6 +41,8 @@ use crate::controller::state::NodeRecord;
 
 /// Room for protobuf framing around the largest publication.
 const REQUEST_OVERHEAD_BYTES: usize = 64 * 1024;
+/// A checkpoint store request at most: a claim of every partition of the largest hub.
+const STORE_REQUEST_BYTES_MAX: usize = 1024 * 1024;
 
 /// How long shutdown waits for the last users of a storage shard.
 const SHARD_CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -128,6 +132,9 @@ impl Node {
                 publish_bytes_max: config.publish_bytes_max,
             },
         );
+        let store: Arc<dyn checkpoints::CheckpointStore> = Arc::new(
+            checkpoints::ControllerStore::new(runtime.clone(), clock.clone()),
+        );
         let placement = placement::Placement::new(broker.clone(), config.placement, clock);
         let (shutdown, shutdown_rx) = watch::channel(false);
 
@@ -179,6 +186,10 @@ impl Node {
                     broker: broker.clone(),
                 })
                 .max_decoding_message_size(REQUEST_OVERHEAD_BYTES),
+            )
+            .add_service(
+                CheckpointStoreServer::new(api::checkpoints::CheckpointStoreService { store })
+                    .max_decoding_message_size(STORE_REQUEST_BYTES_MAX),
             )
             .add_service(DiagnosticsServer::new(
                 api::diagnostics::DiagnosticsService {

@@ -5,3 +5,4 @@ pub mod flow;
 pub mod planner;
 pub mod state;
 pub mod state_machine;
+pub mod store;

@@ -5,6 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::store::{StoreCommand, StoreReply};
+
 use super::planner;
 use tributary_types::limits::{CONSUMER_GROUPS_PER_HUB_MAX, RETENTION_MAX, RETENTION_MIN};
 use tributary_types::{
@@ -209,6 +211,8 @@ pub enum Command {
         hub: String,
         name: String,
     },
+    /// A checkpoint store operation; applied to the [`ConsumerStore`], not to this state.
+    Store(StoreCommand),
 }
 
 /// What `CreateHub` asks for.
@@ -233,6 +237,7 @@ pub enum Reply {
     Done,
     Hub(HubRecord),
     ConsumerGroupCreated { created_at_ms: i64 },
+    Store(StoreReply),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -416,6 +421,10 @@ impl ClusterState {
                     created_at_ms: now_ms,
                 })
             }
+            Command::Store(_) => Err(err(
+                ErrorKind::InvalidArgument,
+                "checkpoint store operations apply to the consumer store",
+            )),
             Command::DeleteConsumerGroup { hub, name } => {
                 if name == DEFAULT_CONSUMER_GROUP {
                     return Err(err(

@@ -17,12 +17,32 @@ use tributary_storage::{Durability, MetaKey, Mutation, Shard};
 use tributary_types::GroupId;
 
 use super::state::{ClusterState, Command, CommandError, Reply};
+use super::store::ConsumerStore;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ControllerApplied {
     pub last_applied: Option<LogId>,
     pub membership: tributary_raft::StoredMembership,
     pub state: ClusterState,
+    /// Consumer-group ownership and checkpoints.
+    pub store: ConsumerStore,
+}
+
+impl ControllerApplied {
+    /// Applies a command; returns its outcome and whether the cluster state changed.
+    pub fn apply(&mut self, command: Command) -> (CommandResult, bool) {
+        match command {
+            Command::Store(command) => (
+                self.store.apply(&self.state, command).map(Reply::Store),
+                false,
+            ),
+            command => {
+                let result = self.state.apply(command);
+                self.store.prune(&self.state);
+                (result, true)
+            }
+        }
+    }
 }
 
 /// A controller command's outcome as carried in the Raft reply.
@@ -95,12 +115,17 @@ impl RaftStateMachine<TypeConfig> for ControllerStateMachine {
         S: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + Send,
     {
         let mut responders = Vec::new();
+        let mut state_changed = false;
         while let Some((entry, responder)) = entries.try_next().await? {
             self.applied.last_applied = Some(entry.log_id);
             let result = match &entry.payload {
                 EntryPayload::Normal(Proposal::Controller(bytes)) => {
                     let result: CommandResult = match postcard::from_bytes::<Command>(bytes) {
-                        Ok(command) => self.applied.state.apply(command),
+                        Ok(command) => {
+                            let (result, changed) = self.applied.apply(command);
+                            state_changed |= changed;
+                            result
+                        }
                         Err(e) => Err(CommandError {
                             kind: super::state::ErrorKind::InvalidArgument,
                             message: format!("undecodable controller command: {e}"),
@@ -123,7 +148,9 @@ impl RaftStateMachine<TypeConfig> for ControllerStateMachine {
         }
         // Lazy: rebuilt by re-applying the durable log after a crash.
         self.persist(Durability::Lazy).await?;
-        self.view.send_replace(Arc::new(self.applied.state.clone()));
+        if state_changed {
+            self.view.send_replace(Arc::new(self.applied.state.clone()));
+        }
         for (responder, result) in responders {
             responder.send(result);
         }
