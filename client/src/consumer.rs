@@ -22,6 +22,21 @@ pub struct ConsumerClient {
     routing: Routing,
 }
 
+/// How a reader connects.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReceiveOptions {
+    /// Events per batch at most; 0: the service default (300).
+    pub max_batch: u32,
+    /// Owner level (Event Hubs' epoch): the reader displaces connected readers of the consumer
+    /// group's partition with an equal or lower level and readers without one, whose streams
+    /// end with [`tributary_proto::ErrorReason::ReaderDisconnected`]; it is refused while a
+    /// reader with a higher level is connected. Without one, at most 5 readers per consumer
+    /// group and partition.
+    pub owner_level: Option<i64>,
+    /// Shown to other readers in quota and displacement errors.
+    pub reader_name: String,
+}
+
 impl ConsumerClient {
     pub(crate) fn new(routing: Routing) -> Self {
         ConsumerClient { routing }
@@ -47,6 +62,29 @@ impl ConsumerClient {
         position: EventPosition,
         max_batch: u32,
     ) -> Result<ReceiveStream, ClientError> {
+        let options = ReceiveOptions {
+            max_batch,
+            ..ReceiveOptions::default()
+        };
+        self.receive_with(event_hub, consumer_group, partition_id, position, options)
+            .await
+    }
+
+    /// [`ConsumerClient::receive`] with an owner level and a reader name (see
+    /// [`ReceiveOptions`]).
+    pub async fn receive_with(
+        &self,
+        event_hub: &str,
+        consumer_group: &str,
+        partition_id: &str,
+        position: EventPosition,
+        options: ReceiveOptions,
+    ) -> Result<ReceiveStream, ClientError> {
+        let ReceiveOptions {
+            max_batch,
+            owner_level,
+            reader_name,
+        } = options;
         require_name("event hub name", event_hub)?;
         require_name("partition id", partition_id)?;
         let reader = Arc::new(Reader {
@@ -57,6 +95,8 @@ impl ConsumerClient {
                 partition_id: partition_id.to_owned(),
                 position: None,
                 max_batch,
+                owner_level,
+                reader_name,
             },
         });
         let resumable = !self.routing.retry_deadline().is_zero();

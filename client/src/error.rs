@@ -171,6 +171,7 @@ fn service_display(
         ErrorReason::Internal => "internal error",
         ErrorReason::Unavailable => "unavailable",
         ErrorReason::OutOfOrderSequence => "out of order",
+        ErrorReason::ReaderDisconnected => "reader disconnected",
         ErrorReason::Unspecified => code.description(),
     };
     let mut text = if message.is_empty() {

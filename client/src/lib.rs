@@ -40,7 +40,7 @@ mod time;
 
 pub use checkpoints::{CheckpointStore, ClusterCheckpointStore, InMemoryCheckpointStore};
 pub use client::Client;
-pub use consumer::{ConsumerClient, ReceiveStream};
+pub use consumer::{ConsumerClient, ReceiveOptions, ReceiveStream};
 pub use diagnostics::{ReplicaListing, ReplicaSummary, body_checksum, replica_digest};
 pub use error::ClientError;
 pub use event::{EventData, PropertyValue, ReceivedEvent};

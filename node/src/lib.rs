@@ -13,6 +13,7 @@ pub mod http;
 pub mod identity;
 pub mod partition;
 pub mod placement;
+pub mod readers;
 pub mod status;
 
 use std::net::SocketAddr;
@@ -184,6 +185,7 @@ impl Node {
             .add_service(
                 ConsumerServer::new(api::consumer::ConsumerService {
                     broker: broker.clone(),
+                    readers: readers::Readers::new(),
                 })
                 .max_decoding_message_size(REQUEST_OVERHEAD_BYTES),
             )

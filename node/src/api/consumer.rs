@@ -12,12 +12,14 @@ use crate::api::convert;
 use crate::api::error::ApiError;
 use crate::broker::Broker;
 use crate::partition::Partition;
+use crate::readers::{ReaderSlot, Readers};
 
 /// Batches buffered per reader stream before the reader waits for the client.
 const RECEIVE_STREAM_BATCHES_MAX: usize = 2;
 
 pub struct ConsumerService {
     pub broker: Arc<Broker>,
+    pub readers: Arc<Readers>,
 }
 
 #[tonic::async_trait]
@@ -50,6 +52,11 @@ impl Consumer for ConsumerService {
         } as usize;
         let position = convert::position(req.position)?;
         let start = partition.resolve(position).map_err(ApiError::from)?;
+        let slot = self.readers.attach(
+            (hub.id, group.to_string(), index),
+            &req.reader_name,
+            req.owner_level,
+        )?;
         let (tx, rx) = mpsc::channel(RECEIVE_STREAM_BATCHES_MAX);
         let closing = self.broker.closing();
         // A replica that stops here moved to another node (the reader reconnects there) or
@@ -73,9 +80,12 @@ impl Consumer for ConsumerService {
                 .map_or((0, 1), |h| (h.throughput_units, h.partition_count))
         };
         tokio::spawn(stream_events(
-            partition,
-            start,
-            max_batch,
+            Read {
+                partition,
+                slot,
+                next: start,
+                max_batch,
+            },
             tx,
             closing,
             egress_limit,
@@ -86,17 +96,34 @@ impl Consumer for ConsumerService {
 }
 
 /// Sends committed events from `next` on; when caught up, waits for the next commit.
-async fn stream_events(
+/// One reader's stream: its partition, its slot among the partition's readers, where it
+/// is, and how much it takes per batch.
+struct Read {
     partition: Arc<Partition>,
-    mut next: i64,
+    slot: ReaderSlot,
+    next: i64,
     max_batch: usize,
+}
+
+async fn stream_events(
+    read: Read,
     tx: mpsc::Sender<Result<pb::ReceiveResponse, Status>>,
     mut closing: tokio::sync::watch::Receiver<bool>,
     egress_limit: impl Fn() -> (u32, u16),
     closed: impl Fn() -> ApiError,
 ) {
+    let Read {
+        partition,
+        mut slot,
+        mut next,
+        max_batch,
+    } = read;
     let mut progress = partition.subscribe();
     loop {
+        if let Ok(displaced) = slot.displaced.try_recv() {
+            let _ = tx.send(Err(displaced.into())).await;
+            return;
+        }
         progress.mark_unchanged();
         let events = match partition.read(next, max_batch) {
             Ok(events) => events,
@@ -136,6 +163,12 @@ async fn stream_events(
                 }
             }
             _ = tx.closed() => return,
+            displaced = &mut slot.displaced => {
+                if let Ok(displaced) = displaced {
+                    let _ = tx.send(Err(displaced.into())).await;
+                }
+                return;
+            }
             _ = async { closing.wait_for(|closing| *closing).await.map(|_| ()) } => {
                 let _ = tx
                     .send(Err(ApiError::new(

@@ -265,6 +265,7 @@ async fn malformed_requests_get_an_error_and_the_node_keeps_serving() {
             partition_id: "0".into(),
             position: None,
             max_batch: 1_000_000,
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -6,6 +6,7 @@ mod bad_input;
 mod idempotent;
 mod keys;
 mod positions;
+mod readers;
 mod receive;
 mod replication;
 mod restart;
