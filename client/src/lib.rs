@@ -34,6 +34,7 @@ mod diagnostics;
 mod error;
 mod event;
 mod position;
+pub mod processor;
 mod producer;
 mod routing;
 mod time;
@@ -45,6 +46,10 @@ pub use diagnostics::{ReplicaListing, ReplicaSummary, body_checksum, replica_dig
 pub use error::ClientError;
 pub use event::{EventData, PropertyValue, ReceivedEvent};
 pub use position::{EventPosition, ParsePositionError};
+pub use processor::{
+    CloseReason, EventHandler, EventProcessor, EventProcessorOptions, LoadBalancingStrategy,
+    PartitionContext, RunningProcessor,
+};
 pub use producer::{IdempotentProducer, ProducerClient, SendTarget};
 pub use tributary_proto::v1::{
     ConsumerGroupProperties, ErrorReason, EventHubProperties, PartitionProperties, ReplicaEvent,

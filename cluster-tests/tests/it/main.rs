@@ -13,6 +13,7 @@ mod help;
 mod idempotent;
 mod load;
 mod placement;
+mod processor;
 mod receive_failover;
 mod rejoin;
 mod replication;

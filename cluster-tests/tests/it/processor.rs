@@ -1,0 +1,386 @@
+//! Event processors sharing a hub (SPEC.md section 4), checked from a recorded history of
+//! handler calls: they settle evenly within a bounded number of load-balancing rounds, keep
+//! their partitions while membership is stable, a new instance takes exactly its share, an
+//! instance stopped gracefully hands over without duplicates, and no partition is processed
+//! by two instances at once beyond the displacement hand-off.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tributary_client::{
+    CheckpointStore, Client, CloseReason, EventData, EventHandler, EventProcessor,
+    EventProcessorOptions, LoadBalancingStrategy, PartitionContext, ReceivedEvent,
+    RunningProcessor,
+};
+use tributary_cluster_tests::{NodeProcess, TestDir};
+
+const HUB: &str = "processed";
+const GROUP: &str = "workers";
+const PARTITIONS: u32 = 16;
+pub(crate) const INTERVAL: Duration = Duration::from_millis(1000);
+pub(crate) const EXPIRATION: Duration = Duration::from_millis(3000);
+/// Longest a previous owner may still be processing after the next one started.
+pub(crate) const HANDOFF_MAX: Duration = Duration::from_secs(2);
+const STEP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One `process_events` call.
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    pub(crate) processor: String,
+    pub(crate) partition: String,
+    /// Counts `partition_initializing` calls of this processor for this partition.
+    pub(crate) tenure: u32,
+    pub(crate) started: Instant,
+    pub(crate) ended: Instant,
+    pub(crate) sequences: Vec<i64>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct History {
+    pub(crate) calls: Vec<Call>,
+    tenures: BTreeMap<(String, String), u32>,
+    pub(crate) closed: Vec<(String, String, CloseReason, Instant)>,
+}
+
+/// Records every call and checkpoints each batch before returning.
+pub(crate) struct Recorder {
+    pub(crate) name: String,
+    pub(crate) history: Arc<Mutex<History>>,
+}
+
+#[tonic::async_trait]
+impl EventHandler for Recorder {
+    async fn process_events(&self, context: &PartitionContext, events: Vec<ReceivedEvent>) {
+        let started = Instant::now();
+        if let Some(last) = events.last() {
+            context.checkpoint(last).await.expect("checkpoint");
+        }
+        let mut history = self.history.lock().unwrap();
+        let tenure = history.tenures[&(self.name.clone(), context.partition_id.clone())];
+        history.calls.push(Call {
+            processor: self.name.clone(),
+            partition: context.partition_id.clone(),
+            tenure,
+            started,
+            ended: Instant::now(),
+            sequences: events.iter().map(|e| e.sequence_number).collect(),
+        });
+    }
+
+    async fn partition_initializing(
+        &self,
+        context: &PartitionContext,
+        _checkpoint: Option<tributary_client::checkpoints::Checkpoint>,
+    ) -> Option<tributary_client::EventPosition> {
+        *self
+            .history
+            .lock()
+            .unwrap()
+            .tenures
+            .entry((self.name.clone(), context.partition_id.clone()))
+            .or_default() += 1;
+        None
+    }
+
+    async fn partition_closing(&self, context: &PartitionContext, reason: CloseReason) {
+        self.history.lock().unwrap().closed.push((
+            self.name.clone(),
+            context.partition_id.clone(),
+            reason,
+            Instant::now(),
+        ));
+    }
+}
+
+pub(crate) fn options(name: &str) -> EventProcessorOptions {
+    EventProcessorOptions {
+        owner_id: name.to_string(),
+        strategy: LoadBalancingStrategy::Greedy,
+        load_balancing_interval: INTERVAL,
+        ownership_expiration: EXPIRATION,
+        ..EventProcessorOptions::default()
+    }
+}
+
+async fn start(client: &Client, name: &str, history: &Arc<Mutex<History>>) -> RunningProcessor {
+    let handler = Arc::new(Recorder {
+        name: name.to_string(),
+        history: history.clone(),
+    });
+    EventProcessor::new(client, HUB, GROUP, handler, options(name))
+        .start()
+        .await
+        .unwrap()
+}
+
+/// Owner per partition, from the store.
+pub(crate) async fn owners(client: &Client, hub: &str, group: &str) -> BTreeMap<String, String> {
+    client
+        .checkpoint_store()
+        .list_ownership(hub, group)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|o| !o.owner_id.is_empty())
+        .map(|o| (o.partition_id, o.owner_id))
+        .collect()
+}
+
+/// Waits until the processors own disjoint sets covering every partition with these sizes
+/// (sorted); returns how long it took.
+async fn wait_for_split(processors: &[&RunningProcessor], sizes: &[usize], what: &str) -> Duration {
+    let started = Instant::now();
+    loop {
+        let sets: Vec<BTreeSet<String>> = processors.iter().map(|p| p.owned_partitions()).collect();
+        let mut counts: Vec<usize> = sets.iter().map(BTreeSet::len).collect();
+        counts.sort_unstable();
+        let union: BTreeSet<&String> = sets.iter().flatten().collect();
+        if counts == sizes && union.len() == PARTITIONS as usize {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < STEP_TIMEOUT,
+            "{what}: owned {counts:?}, want {sizes:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Sends one event to each partition in turn until stopped; returns the acknowledged
+/// sequence numbers per partition.
+pub(crate) fn produce(
+    client: Client,
+    hub: &'static str,
+    partitions: u32,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<BTreeMap<String, Vec<i64>>> {
+    tokio::spawn(async move {
+        let producer = client.producer();
+        let mut acked: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+        let mut n = 0u64;
+        while !*stop.borrow() {
+            let partition = (n % u64::from(partitions)).to_string();
+            let sent = producer
+                .send(
+                    hub,
+                    tributary_client::SendTarget::PartitionId(partition.clone()),
+                    [EventData::from_body(format!("event-{n}"))],
+                )
+                .await;
+            if let Ok(reply) = sent {
+                acked
+                    .entry(partition)
+                    .or_default()
+                    .push(reply.first_sequence_number);
+            }
+            n += 1;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        acked
+    })
+}
+
+/// Per partition, the tenures (one processor's calls between its initializing and closing)
+/// in order of their first call: consecutive tenures may overlap by at most `HANDOFF_MAX`
+/// (the previous owner finishing what it had received when displaced), others not at all.
+/// Returns the longest overlap seen.
+pub(crate) fn check_handoffs(calls: &[Call]) -> Duration {
+    let mut tenures: BTreeMap<(String, String, u32), (Instant, Instant)> = BTreeMap::new();
+    for c in calls {
+        let entry = tenures
+            .entry((c.partition.clone(), c.processor.clone(), c.tenure))
+            .or_insert((c.started, c.ended));
+        entry.0 = entry.0.min(c.started);
+        entry.1 = entry.1.max(c.ended);
+    }
+    let mut by_partition: BTreeMap<String, Vec<(String, Instant, Instant)>> = BTreeMap::new();
+    for ((partition, processor, _), (first, last)) in tenures {
+        by_partition
+            .entry(partition)
+            .or_default()
+            .push((processor, first, last));
+    }
+    let mut longest = Duration::ZERO;
+    for (partition, mut list) in by_partition {
+        list.sort_by_key(|t| t.1);
+        for (i, (processor, _, last)) in list.iter().enumerate() {
+            for (j, (next, first, _)) in list.iter().enumerate().skip(i + 1) {
+                let overlap = last.saturating_duration_since(*first);
+                if overlap.is_zero() {
+                    continue;
+                }
+                assert!(
+                    j == i + 1 && overlap <= HANDOFF_MAX,
+                    "partition {partition}: {processor} still processed {overlap:?} after {next} started"
+                );
+                longest = longest.max(overlap);
+            }
+        }
+    }
+    longest
+}
+
+/// Within one tenure, events come in order without gaps.
+pub(crate) fn check_order(calls: &[Call]) {
+    let mut last: BTreeMap<(String, String, u32), i64> = BTreeMap::new();
+    for c in calls {
+        for &seq in &c.sequences {
+            let key = (c.partition.clone(), c.processor.clone(), c.tenure);
+            if let Some(previous) = last.get(&key) {
+                assert_eq!(seq, previous + 1, "{key:?}: {seq} after {previous}");
+            }
+            last.insert(key, seq);
+        }
+    }
+}
+
+/// Items 1, 3 and 7 (first two parts) of the consumer-group issue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processors_settle_evenly_stay_put_and_hand_over_without_overlap() {
+    let dir = TestDir::new("processors");
+    let node = NodeProcess::start(dir.path()).await;
+    let client = Client::connect(&node.endpoint()).await.unwrap();
+    client
+        .create_event_hub(HUB, PARTITIONS, None)
+        .await
+        .unwrap();
+    client.create_consumer_group(HUB, GROUP).await.unwrap();
+    let (stop_producing, producing) = tokio::sync::watch::channel(false);
+    let producer = produce(client.clone(), HUB, PARTITIONS, producing);
+
+    let history = Arc::new(Mutex::new(History::default()));
+    let (a, b, c) = tokio::join!(
+        start(&client, "a", &history),
+        start(&client, "b", &history),
+        start(&client, "c", &history)
+    );
+    let settled = wait_for_split(&[&a, &b, &c], &[5, 5, 6], "three processors").await;
+    let rounds = settled.as_secs_f64() / INTERVAL.as_secs_f64();
+    println!("three processors settled at 5/5/6 in {settled:?} ({rounds:.1} intervals)");
+    // Rounds run every interval plus up to 20 % jitter; the third round after the first is
+    // due by 3.6 intervals.
+    assert!(
+        settled <= INTERVAL.mul_f64(3.6) + Duration::from_millis(500),
+        "settling took {rounds:.1} intervals"
+    );
+
+    // Stable membership: no ownership change for ten intervals.
+    let before = owners(&client, HUB, GROUP).await;
+    assert_eq!(before.len(), PARTITIONS as usize);
+    let calm = Instant::now();
+    while calm.elapsed() < INTERVAL * 10 {
+        tokio::time::sleep(INTERVAL / 2).await;
+        assert_eq!(
+            owners(&client, HUB, GROUP).await,
+            before,
+            "ownership changed with stable membership"
+        );
+    }
+
+    // A fourth instance takes exactly its four.
+    let d = start(&client, "d", &history).await;
+    let took = wait_for_split(&[&a, &b, &c, &d], &[4, 4, 4, 4], "four processors").await;
+    let after = owners(&client, HUB, GROUP).await;
+    let moved: Vec<&String> = before
+        .iter()
+        .filter(|(p, owner)| after.get(*p) != Some(owner))
+        .map(|(p, _)| p)
+        .collect();
+    println!("the fourth processor took {moved:?} in {took:?}");
+    assert_eq!(moved.len(), 4, "moved {moved:?}");
+    assert!(moved.iter().all(|p| after[*p] == "d"));
+
+    // A graceful stop: its partitions move within one interval (plus jitter), without
+    // duplicates.
+    let leaving: BTreeSet<String> = b.owned_partitions();
+    let stopped_at = Instant::now();
+    b.stop().await;
+    let moved_in = loop {
+        let taken: BTreeSet<String> = [&a, &c, &d]
+            .iter()
+            .flat_map(|p| p.owned_partitions())
+            .collect();
+        if leaving.is_subset(&taken) {
+            break stopped_at.elapsed();
+        }
+        assert!(
+            stopped_at.elapsed() < STEP_TIMEOUT,
+            "b's partitions were not taken over"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    println!("b's partitions {leaving:?} were taken over in {moved_in:?}");
+    assert!(
+        moved_in <= INTERVAL.mul_f64(1.2) + Duration::from_millis(500),
+        "b's partitions took {moved_in:?} to move"
+    );
+    let balanced = wait_for_split(&[&a, &c, &d], &[5, 5, 6], "after b stopped").await;
+    println!("three processors back at 5/5/6 {balanced:?} later");
+
+    // Let everything sent be processed, then judge the history.
+    stop_producing.send_replace(true);
+    let acked = producer.await.unwrap();
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    loop {
+        let processed: BTreeSet<(String, i64)> = history
+            .lock()
+            .unwrap()
+            .calls
+            .iter()
+            .flat_map(|c| c.sequences.iter().map(move |s| (c.partition.clone(), *s)))
+            .collect();
+        let missing = acked
+            .iter()
+            .flat_map(|(p, seqs)| seqs.iter().map(move |s| (p.clone(), *s)))
+            .filter(|e| !processed.contains(e))
+            .count();
+        if missing == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{missing} acknowledged events never processed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for p in [a, c, d] {
+        p.stop().await;
+    }
+    let history = history.lock().unwrap();
+    check_order(&history.calls);
+    let overlap = check_handoffs(&history.calls);
+    println!("longest hand-off overlap: {overlap:?}");
+    // No duplicates across the graceful hand-over: what the new owners of b's partitions
+    // processed after the stop was never processed before it.
+    let mut seen_before: BTreeSet<(String, i64)> = BTreeSet::new();
+    for call in history.calls.iter().filter(|c| c.started < stopped_at) {
+        for s in &call.sequences {
+            seen_before.insert((call.partition.clone(), *s));
+        }
+    }
+    for call in history
+        .calls
+        .iter()
+        .filter(|c| c.started >= stopped_at && leaving.contains(&c.partition) && c.processor != "b")
+    {
+        for s in &call.sequences {
+            assert!(
+                !seen_before.contains(&(call.partition.clone(), *s)),
+                "partition {} event {s} processed again after b's graceful stop",
+                call.partition
+            );
+        }
+    }
+    let shutdown_closes: BTreeSet<String> = history
+        .closed
+        .iter()
+        .filter(|(who, _, reason, _)| who == "b" && *reason == CloseReason::Shutdown)
+        .map(|(_, partition, _, _)| partition.clone())
+        .collect();
+    assert_eq!(
+        shutdown_closes, leaving,
+        "b closes for shutdown exactly the partitions it owned"
+    );
+}
