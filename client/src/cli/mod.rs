@@ -10,12 +10,14 @@ mod event_format;
 mod group;
 mod hub;
 mod output;
+mod process;
 mod receive;
 mod send;
 
 pub use debug::{DebugCommand, ReplicaEventsArgs};
 pub use group::GroupCommand;
 pub use hub::HubCommand;
+pub use process::ProcessArgs;
 pub use receive::ReceiveArgs;
 pub use send::SendArgs;
 
@@ -57,6 +59,9 @@ pub enum CliCommand {
     Send(SendArgs),
     /// Print the events of one partition.
     Receive(ReceiveArgs),
+    /// Process a hub's events together with other instances of this command: partitions
+    /// are shared out, checkpointed, and taken over when an instance stops or dies.
+    Process(ProcessArgs),
     /// Inspect the cluster.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
@@ -77,6 +82,7 @@ pub async fn run(globals: CliGlobals, command: CliCommand) -> anyhow::Result<()>
         CliCommand::Group(command) => group::run(&client, output, command).await,
         CliCommand::Send(args) => send::run(&client, output, args).await,
         CliCommand::Receive(args) => receive::run(&client, output, args).await,
+        CliCommand::Process(args) => process::run(&client, output, args).await,
         CliCommand::Cluster(command) => cluster::run(&client, output, command).await,
         CliCommand::Node(command) => cluster::run_node(&client, command).await,
         CliCommand::Debug(command) => debug::run(&client, command).await,

@@ -384,3 +384,219 @@ async fn processors_settle_evenly_stay_put_and_hand_over_without_overlap() {
         "b closes for shutdown exactly the partitions it owned"
     );
 }
+
+/// A `tributary process` child: what it printed, event by event and checkpoint by
+/// checkpoint.
+struct ProcessInstance {
+    child: tokio::process::Child,
+    /// (partition, sequence number) of each processed event, in print order.
+    events: Arc<Mutex<Vec<(String, i64)>>>,
+    /// Per partition, the last checkpoint it reported stored.
+    checkpoints: Arc<Mutex<BTreeMap<String, i64>>>,
+}
+
+fn spawn_process(endpoint: &str, hub: &str, id: &str) -> ProcessInstance {
+    let mut command = tributary_cluster_tests::tributary_command();
+    command
+        .args(["--endpoint", endpoint, "--output", "json", "process", hub])
+        .args([
+            "--group",
+            GROUP,
+            "--instance-id",
+            id,
+            "--checkpoint-every",
+            "10",
+        ])
+        .args([
+            "--load-balancing-interval",
+            "1s",
+            "--ownership-expiration",
+            "3s",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = command.spawn().expect("start tributary process");
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let checkpoints = Arc::new(Mutex::new(BTreeMap::new()));
+    let stdout = child.stdout.take().unwrap();
+    let sink = events.clone();
+    tokio::spawn(async move {
+        use tokio::io::AsyncBufReadExt as _;
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON event line");
+            sink.lock().unwrap().push((
+                v["partition"].as_str().unwrap().to_string(),
+                v["sequence_number"].as_i64().unwrap(),
+            ));
+        }
+    });
+    let stderr = child.stderr.take().unwrap();
+    let sink = checkpoints.clone();
+    tokio::spawn(async move {
+        use tokio::io::AsyncBufReadExt as _;
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            if let Some(c) = v.get("checkpoint") {
+                sink.lock().unwrap().insert(
+                    c["partition_id"].as_str().unwrap().to_string(),
+                    c["sequence_number"].as_i64().unwrap(),
+                );
+            }
+        }
+    });
+    ProcessInstance {
+        child,
+        events,
+        checkpoints,
+    }
+}
+
+/// Item 2 of the consumer-group issue: a processor killed with SIGKILL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_processors_partitions_resume_at_their_checkpoints() {
+    const KILL_HUB: &str = "killed";
+    const KILL_PARTITIONS: u32 = 8;
+    let dir = TestDir::new("processor-kill");
+    let node = NodeProcess::start(dir.path()).await;
+    let client = Client::connect(&node.endpoint()).await.unwrap();
+    client
+        .create_event_hub(KILL_HUB, KILL_PARTITIONS, None)
+        .await
+        .unwrap();
+    client.create_consumer_group(KILL_HUB, GROUP).await.unwrap();
+    let (stop_producing, producing) = tokio::sync::watch::channel(false);
+    let producer = produce(client.clone(), KILL_HUB, KILL_PARTITIONS, producing);
+    let mut doomed = spawn_process(&node.endpoint(), KILL_HUB, "doomed");
+    let survivor = spawn_process(&node.endpoint(), KILL_HUB, "survivor");
+
+    // Both at work, with checkpoints behind them.
+    let started = Instant::now();
+    let doomed_partitions: BTreeSet<String> = loop {
+        let owners = owners(&client, KILL_HUB, GROUP).await;
+        let mine: BTreeSet<String> = owners
+            .iter()
+            .filter(|(_, o)| *o == "doomed")
+            .map(|(p, _)| p.clone())
+            .collect();
+        let checkpointed = {
+            let checkpoints = doomed.checkpoints.lock().unwrap();
+            mine.iter().all(|p| checkpoints.contains_key(p))
+        };
+        if owners.len() == KILL_PARTITIONS as usize
+            && mine.len() == KILL_PARTITIONS as usize / 2
+            && checkpointed
+        {
+            break mine;
+        }
+        assert!(
+            started.elapsed() < STEP_TIMEOUT,
+            "processors never shared the hub: {owners:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    doomed.child.kill().await.unwrap();
+    let killed_at = Instant::now();
+    let survivor_seen_at_kill = survivor.events.lock().unwrap().len();
+    let last_checkpoints = doomed.checkpoints.lock().unwrap().clone();
+    println!(
+        "killed the processor owning {doomed_partitions:?}; its checkpoints: {last_checkpoints:?}"
+    );
+
+    // Its partitions are claimed by the survivor within the expiration plus one round.
+    let taken = loop {
+        let owners = owners(&client, KILL_HUB, GROUP).await;
+        if doomed_partitions
+            .iter()
+            .all(|p| owners.get(p).map(String::as_str) == Some("survivor"))
+        {
+            break killed_at.elapsed();
+        }
+        assert!(
+            killed_at.elapsed() < STEP_TIMEOUT,
+            "never taken over: {owners:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    println!("taken over {taken:?} after the kill");
+    assert!(
+        taken <= EXPIRATION + INTERVAL.mul_f64(1.2) + Duration::from_millis(500),
+        "takeover took {taken:?}"
+    );
+
+    // Everything sent is processed by someone.
+    tokio::time::sleep(INTERVAL).await;
+    stop_producing.send_replace(true);
+    let acked = producer.await.unwrap();
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    loop {
+        let processed: BTreeSet<(String, i64)> = doomed
+            .events
+            .lock()
+            .unwrap()
+            .iter()
+            .chain(survivor.events.lock().unwrap().iter())
+            .cloned()
+            .collect();
+        let missing: Vec<(String, i64)> = acked
+            .iter()
+            .flat_map(|(p, seqs)| seqs.iter().map(move |s| (p.clone(), *s)))
+            .filter(|e| !processed.contains(e))
+            .collect();
+        if missing.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} acknowledged events never processed, e.g. {:?}",
+            missing.len(),
+            &missing[..missing.len().min(5)]
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The survivor resumed each of the killed processor's partitions right after a
+    // checkpoint no older than the last one the killed processor reported, so the only
+    // events processed twice come after that checkpoint.
+    let by_doomed: BTreeSet<(String, i64)> =
+        doomed.events.lock().unwrap().iter().cloned().collect();
+    let after_kill = survivor.events.lock().unwrap()[survivor_seen_at_kill..].to_vec();
+    let mut duplicates = 0;
+    for partition in &doomed_partitions {
+        let checkpoint = last_checkpoints.get(partition).copied().unwrap_or(-1);
+        let resumed: Vec<i64> = after_kill
+            .iter()
+            .filter(|(p, _)| p == partition)
+            .map(|(_, s)| *s)
+            .collect();
+        let first = *resumed
+            .first()
+            .expect("the survivor processed the partition");
+        let doomed_last = by_doomed
+            .iter()
+            .filter(|(p, _)| p == partition)
+            .map(|(_, s)| *s)
+            .max()
+            .unwrap_or(-1);
+        assert!(
+            first > checkpoint && first <= doomed_last + 1,
+            "partition {partition}: resumed at {first}; checkpoint {checkpoint}, the killed processor got to {doomed_last}"
+        );
+        for seq in resumed {
+            if by_doomed.contains(&(partition.clone(), seq)) {
+                duplicates += 1;
+                assert!(
+                    seq > checkpoint,
+                    "partition {partition}: {seq} processed twice"
+                );
+            }
+        }
+    }
+    println!(
+        "{duplicates} events processed twice, all after the killed processor's last checkpoint"
+    );
+    drop(survivor);
+}
