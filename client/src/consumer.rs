@@ -387,6 +387,13 @@ mod tests {
     impl Consumer for FakeConsumer {
         type ReceiveStream = ResponseStream;
 
+        async fn get_partition_readers(
+            &self,
+            _request: tonic::Request<proto::GetPartitionReadersRequest>,
+        ) -> Result<tonic::Response<proto::PartitionReaders>, tonic::Status> {
+            Err(tonic::Status::unimplemented("the fake only streams"))
+        }
+
         async fn receive(
             &self,
             request: tonic::Request<proto::ReceiveRequest>,

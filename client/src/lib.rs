@@ -33,6 +33,7 @@ mod consumer;
 mod diagnostics;
 mod error;
 mod event;
+pub mod group;
 mod position;
 pub mod processor;
 mod producer;
@@ -51,6 +52,7 @@ pub use processor::{
     PartitionContext, RunningProcessor,
 };
 pub use producer::{IdempotentProducer, ProducerClient, SendTarget};
+pub use time::rfc3339_millis;
 pub use tributary_proto::v1::{
     ConsumerGroupProperties, ErrorReason, EventHubProperties, PartitionProperties, ReplicaEvent,
     ReplicaEventsResponse, SendResponse,

@@ -14,7 +14,9 @@ pub(crate) fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-pub(crate) fn rfc3339_millis(time_ms: i64) -> Option<String> {
+/// `time_ms` (milliseconds since the Unix epoch) as RFC 3339 UTC with milliseconds, as the
+/// CLI prints times; `None` before the epoch or past year 9999.
+pub fn rfc3339_millis(time_ms: i64) -> Option<String> {
     let time_ms = u64::try_from(time_ms).ok()?;
     let since_epoch = Duration::from_millis(time_ms);
     if since_epoch.as_secs() >= FORMATTABLE_SECONDS_MAX {

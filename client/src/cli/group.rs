@@ -4,6 +4,7 @@ use serde_json::json;
 
 use super::OutputFormat;
 use super::output::{Table, time_json, time_text};
+use crate::group::GroupPartition;
 use crate::{Client, ConsumerGroupProperties};
 
 #[derive(Debug, clap::Subcommand)]
@@ -19,6 +20,14 @@ pub enum GroupCommand {
     List {
         /// The event hub.
         hub: String,
+    },
+    /// Show a consumer group per partition: owner and last claim, checkpoint, lag (events
+    /// after the checkpoint) and connected readers.
+    Show {
+        /// The event hub the group reads.
+        hub: String,
+        /// Name of the consumer group.
+        name: String,
     },
     /// Delete a consumer group and its checkpoints.
     Delete {
@@ -62,6 +71,53 @@ pub(crate) async fn run(
                 }
             }
         }
+        GroupCommand::Show { hub, name } => {
+            let mut partitions = client.describe_consumer_group(&hub, &name).await?;
+            partitions.sort_by_key(|p| p.partition_id.parse::<u32>().unwrap_or(u32::MAX));
+            match output {
+                OutputFormat::Json => {
+                    let partitions: Vec<_> = partitions.iter().map(partition_json).collect();
+                    println!(
+                        "{}",
+                        json!({"event_hub": hub, "consumer_group": name, "partitions": partitions})
+                    );
+                }
+                OutputFormat::Table => {
+                    let mut table = Table::new(&[
+                        "PARTITION",
+                        "OWNER",
+                        "LAST CLAIM",
+                        "CHECKPOINT",
+                        "LAG",
+                        "READERS",
+                    ]);
+                    for p in &partitions {
+                        let readers: Vec<String> = p
+                            .readers
+                            .iter()
+                            .map(|r| match r.owner_level {
+                                Some(level) => format!("{} (level {level})", shown(&r.name)),
+                                None => shown(&r.name).to_string(),
+                            })
+                            .collect();
+                        table.row(vec![
+                            p.partition_id.clone(),
+                            p.owner_id.clone().unwrap_or_else(|| "-".into()),
+                            p.last_modified_ms.map_or_else(|| "-".into(), time_text),
+                            p.checkpoint
+                                .map_or_else(|| "-".into(), |c| c.sequence_number.to_string()),
+                            p.lag.to_string(),
+                            if readers.is_empty() {
+                                "-".into()
+                            } else {
+                                readers.join(", ")
+                            },
+                        ]);
+                    }
+                    print!("{}", table.render());
+                }
+            }
+        }
         GroupCommand::Delete { hub, name } => {
             client.delete_consumer_group(&hub, &name).await?;
             match output {
@@ -75,6 +131,23 @@ pub(crate) async fn run(
         }
     }
     Ok(())
+}
+
+fn shown(name: &str) -> &str {
+    if name.is_empty() { "(unnamed)" } else { name }
+}
+
+fn partition_json(p: &GroupPartition) -> serde_json::Value {
+    json!({
+        "partition_id": p.partition_id,
+        "owner_id": p.owner_id,
+        "last_modified": p.last_modified_ms.map(time_json),
+        "checkpoint_sequence_number": p.checkpoint.map(|c| c.sequence_number),
+        "checkpoint_offset": p.checkpoint.map(|c| c.offset.to_string()),
+        "last_enqueued_sequence_number": p.last_enqueued_sequence_number,
+        "lag": p.lag,
+        "readers": p.readers.iter().map(|r| json!({"name": r.name, "owner_level": r.owner_level})).collect::<Vec<_>>(),
+    })
 }
 
 fn group_json(group: &ConsumerGroupProperties) -> serde_json::Value {

@@ -40,6 +40,13 @@ pub struct ReceiveArgs {
     /// base64).
     #[arg(long)]
     pub base64: bool,
+    /// Read with this owner level (Event Hubs' epoch): displaces the consumer group's readers
+    /// of the partition with an equal or lower level and those without one.
+    #[arg(long, value_name = "LEVEL")]
+    pub owner_level: Option<i64>,
+    /// The name other readers see in quota and displacement errors (and `group show`).
+    #[arg(long, value_name = "NAME", default_value = "")]
+    pub reader_name: String,
 }
 
 pub(crate) async fn run(
@@ -53,12 +60,16 @@ pub(crate) async fn run(
         .min(RECEIVE_BATCH_MAX) as u32;
     let mut batches = client
         .consumer()
-        .receive(
+        .receive_with(
             &args.hub,
             &args.group,
             &args.partition,
             args.from,
-            max_batch,
+            crate::ReceiveOptions {
+                max_batch,
+                owner_level: args.owner_level,
+                reader_name: args.reader_name.clone(),
+            },
         )
         .await?;
     let mut remaining = args.count.unwrap_or(u64::MAX);

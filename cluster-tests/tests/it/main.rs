@@ -9,6 +9,7 @@ mod crash;
 mod data_dir;
 mod drain;
 mod failover;
+mod group_show;
 mod help;
 mod idempotent;
 mod load;

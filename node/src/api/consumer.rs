@@ -11,6 +11,7 @@ use tributary_types::limits::{RECEIVE_BATCH_EVENTS_DEFAULT, RECEIVE_BATCH_EVENTS
 use crate::api::convert;
 use crate::api::error::ApiError;
 use crate::broker::Broker;
+use crate::controller::state::HubRecord;
 use crate::partition::Partition;
 use crate::readers::{ReaderSlot, Readers};
 
@@ -22,24 +23,67 @@ pub struct ConsumerService {
     pub readers: Arc<Readers>,
 }
 
+impl ConsumerService {
+    /// The hub, consumer group (empty: $Default), partition index and this node's leading
+    /// replica a request names.
+    async fn locate<'a>(
+        &self,
+        event_hub: &str,
+        consumer_group: &'a str,
+        partition_id: &str,
+    ) -> Result<(HubRecord, &'a str, u16, Arc<Partition>), ApiError> {
+        let hub = self.broker.hub(event_hub)?;
+        let group = if consumer_group.is_empty() {
+            DEFAULT_CONSUMER_GROUP
+        } else {
+            consumer_group
+        };
+        self.broker.check_consumer_group(&hub, group)?;
+        let index = self.broker.partition_index(&hub, partition_id)?;
+        let partition = self.broker.leader_partition(&hub, index).await?;
+        Ok((hub, group, index, partition))
+    }
+}
+
 #[tonic::async_trait]
 impl Consumer for ConsumerService {
     type ReceiveStream = ReceiverStream<Result<pb::ReceiveResponse, Status>>;
+
+    async fn get_partition_readers(
+        &self,
+        request: Request<pb::GetPartitionReadersRequest>,
+    ) -> Result<Response<pb::PartitionReaders>, Status> {
+        let req = request.into_inner();
+        let (hub, group, index, partition) = self
+            .locate(&req.event_hub, &req.consumer_group, &req.partition_id)
+            .await?;
+        let readers = self
+            .readers
+            .connected(&(hub.id, group.to_string(), index))
+            .into_iter()
+            .map(|r| pb::ConnectedReader {
+                name: r.name,
+                owner_level: r.owner_level,
+            })
+            .collect();
+        Ok(Response::new(pb::PartitionReaders {
+            properties: Some(convert::partition_properties(
+                &req.event_hub,
+                &req.partition_id,
+                &partition.progress(),
+            )),
+            readers,
+        }))
+    }
 
     async fn receive(
         &self,
         request: Request<pb::ReceiveRequest>,
     ) -> Result<Response<Self::ReceiveStream>, Status> {
         let req = request.into_inner();
-        let hub = self.broker.hub(&req.event_hub)?;
-        let group = if req.consumer_group.is_empty() {
-            DEFAULT_CONSUMER_GROUP
-        } else {
-            req.consumer_group.as_str()
-        };
-        self.broker.check_consumer_group(&hub, group)?;
-        let index = self.broker.partition_index(&hub, &req.partition_id)?;
-        let partition = self.broker.leader_partition(&hub, index).await?;
+        let (hub, group, index, partition) = self
+            .locate(&req.event_hub, &req.consumer_group, &req.partition_id)
+            .await?;
         let max_batch = match req.max_batch {
             0 => RECEIVE_BATCH_EVENTS_DEFAULT,
             n if n > RECEIVE_BATCH_EVENTS_MAX => {
