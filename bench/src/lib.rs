@@ -1,16 +1,19 @@
 //! `tributary bench`: a load generator that measures send throughput, send latency and how
 //! well the node shares fsyncs between sends; `tributary bench failover` measures how long a
-//! partition takes to accept writes again after its leader's node is killed.
+//! partition takes to accept writes again after its leader's node is killed; `tributary bench
+//! checkpoints` measures the checkpoint store, event processors and load balancing.
 //!
 //! The binary's `main` (in `node/`) adds a `Bench(BenchArgs)` subcommand and calls
 //! [`main`] with the CLI's endpoint and output format. (This crate depends on the client, so
 //! the client's `CliCommand` cannot include it.)
 
+mod checkpoints;
 mod failover;
 mod load;
 mod metrics;
 mod report;
 
+pub use checkpoints::{CheckpointsArgs, CheckpointsReport};
 pub use failover::{FailoverArgs, FailoverReport};
 pub use report::{BenchReport, LatencyReport};
 
@@ -67,6 +70,9 @@ pub enum BenchCommand {
     /// Start a local cluster, kill partition leaders under load and measure how long each
     /// partition takes to accept writes again (ignores --endpoint).
     Failover(FailoverArgs),
+    /// Measure the cluster's checkpoint store (checkpoints/s), event processors draining a
+    /// backlog while checkpointing, and load-balancing time, on a scratch hub at --endpoint.
+    Checkpoints(CheckpointsArgs),
 }
 
 /// Runs the benchmark `args` selects and prints its report: a table, or one JSON object if
@@ -74,6 +80,11 @@ pub enum BenchCommand {
 pub async fn main(endpoint: &str, args: BenchArgs, json: bool) -> anyhow::Result<()> {
     match args.command.clone() {
         Some(BenchCommand::Failover(failover)) => failover::run(failover, json).await.map(drop),
+        Some(BenchCommand::Checkpoints(checkpoints)) => {
+            checkpoints::run(endpoint, checkpoints, json)
+                .await
+                .map(drop)
+        }
         None => run(endpoint, args, json).await.map(drop),
     }
 }

@@ -53,6 +53,8 @@ pub use processor::{
 };
 pub use producer::{IdempotentProducer, ProducerClient, SendTarget};
 pub use time::rfc3339_millis;
+/// Implement [`EventHandler`] and [`CheckpointStore`] with `#[tributary_client::async_trait]`.
+pub use tonic::async_trait;
 pub use tributary_proto::v1::{
     ConsumerGroupProperties, ErrorReason, EventHubProperties, PartitionProperties, ReplicaEvent,
     ReplicaEventsResponse, SendResponse,
