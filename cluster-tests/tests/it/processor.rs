@@ -23,6 +23,8 @@ pub(crate) const INTERVAL: Duration = Duration::from_millis(1000);
 pub(crate) const EXPIRATION: Duration = Duration::from_millis(3000);
 /// Longest a previous owner may still be processing after the next one started.
 pub(crate) const HANDOFF_MAX: Duration = Duration::from_secs(2);
+/// Room for a load-balancing round's own calls (list, claim) on a loaded machine.
+const ROUND_SLACK: Duration = Duration::from_secs(1);
 const STEP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// One `process_events` call.
@@ -262,7 +264,7 @@ async fn processors_settle_evenly_stay_put_and_hand_over_without_overlap() {
     // Rounds run every interval plus up to 20 % jitter; the third round after the first is
     // due by 3.6 intervals.
     assert!(
-        settled <= INTERVAL.mul_f64(3.6) + Duration::from_millis(500),
+        settled <= INTERVAL.mul_f64(3.6) + ROUND_SLACK,
         "settling took {rounds:.1} intervals"
     );
 
@@ -313,7 +315,7 @@ async fn processors_settle_evenly_stay_put_and_hand_over_without_overlap() {
     };
     println!("b's partitions {leaving:?} were taken over in {moved_in:?}");
     assert!(
-        moved_in <= INTERVAL.mul_f64(1.2) + Duration::from_millis(500),
+        moved_in <= INTERVAL.mul_f64(1.2) + ROUND_SLACK,
         "b's partitions took {moved_in:?} to move"
     );
     let balanced = wait_for_split(&[&a, &c, &d], &[5, 5, 6], "after b stopped").await;
@@ -523,7 +525,7 @@ async fn a_killed_processors_partitions_resume_at_their_checkpoints() {
     };
     println!("taken over {taken:?} after the kill");
     assert!(
-        taken <= EXPIRATION + INTERVAL.mul_f64(1.2) + Duration::from_millis(500),
+        taken <= EXPIRATION + INTERVAL.mul_f64(1.2) + ROUND_SLACK,
         "takeover took {taken:?}"
     );
 
