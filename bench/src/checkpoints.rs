@@ -202,7 +202,7 @@ async fn phases(
                 for &p in &partitions {
                     let at = Instant::now();
                     store
-                        .update_checkpoint(&hub, GROUP, &p.to_string(), seq, seq)
+                        .update_checkpoint(&hub, GROUP, &p.to_string(), seq, seq, None)
                         .await?;
                     histogram.saturating_record(at.elapsed().as_micros() as u64);
                 }

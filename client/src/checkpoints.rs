@@ -60,6 +60,9 @@ pub trait CheckpointStore: Send + Sync {
         claims: Vec<Claim>,
     ) -> Result<Vec<Ownership>, ClientError>;
 
+    /// With `owner_id`, the update applies only while the partition's ownership record
+    /// names that owner ([`crate::ErrorReason::NotOwner`] otherwise), so an instance that
+    /// lost a partition cannot move its checkpoint back.
     async fn update_checkpoint(
         &self,
         event_hub: &str,
@@ -67,6 +70,7 @@ pub trait CheckpointStore: Send + Sync {
         partition_id: &str,
         offset: i64,
         sequence_number: i64,
+        owner_id: Option<&str>,
     ) -> Result<Checkpoint, ClientError>;
 
     /// Checkpoints by partition id.
@@ -190,6 +194,7 @@ impl CheckpointStore for ClusterCheckpointStore {
         partition_id: &str,
         offset: i64,
         sequence_number: i64,
+        owner_id: Option<&str>,
     ) -> Result<Checkpoint, ClientError> {
         require_name("event hub name", event_hub)?;
         let request = proto::UpdateCheckpointRequest {
@@ -201,6 +206,7 @@ impl CheckpointStore for ClusterCheckpointStore {
                 sequence_number,
                 last_modified_ms: 0,
             }),
+            owner_id: owner_id.unwrap_or_default().to_owned(),
         };
         let response = self
             .call(request, |mut stub, request| async move {
@@ -316,21 +322,37 @@ impl CheckpointStore for InMemoryCheckpointStore {
         partition_id: &str,
         offset: i64,
         sequence_number: i64,
+        owner_id: Option<&str>,
     ) -> Result<Checkpoint, ClientError> {
         let mut memory = self.inner.lock().expect("store lock");
+        let key = (
+            event_hub.to_owned(),
+            consumer_group.to_owned(),
+            partition_id.to_owned(),
+        );
+        if let Some(owner) = owner_id {
+            let current = memory
+                .ownership
+                .get(&key)
+                .map_or("", |o| o.owner_id.as_str());
+            if current != owner {
+                return Err(ClientError::Service {
+                    reason: crate::ErrorReason::NotOwner,
+                    code: tonic::Code::FailedPrecondition,
+                    message: format!(
+                        "checkpoint refused: partition {partition_id} is owned by '{current}', not '{owner}'"
+                    ),
+                    retry_after: None,
+                    leader_hint: None,
+                });
+            }
+        }
         let checkpoint = Checkpoint {
             offset,
             sequence_number,
             last_modified_ms: memory.tick(),
         };
-        memory.checkpoints.insert(
-            (
-                event_hub.to_owned(),
-                consumer_group.to_owned(),
-                partition_id.to_owned(),
-            ),
-            checkpoint,
-        );
+        memory.checkpoints.insert(key, checkpoint);
         Ok(checkpoint)
     }
 

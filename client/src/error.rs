@@ -172,6 +172,7 @@ fn service_display(
         ErrorReason::Unavailable => "unavailable",
         ErrorReason::OutOfOrderSequence => "out of order",
         ErrorReason::ReaderDisconnected => "reader disconnected",
+        ErrorReason::NotOwner => "not the owner",
         ErrorReason::Unspecified => code.description(),
     };
     let mut text = if message.is_empty() {

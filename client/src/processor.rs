@@ -49,6 +49,8 @@ pub struct PartitionContext {
     pub event_hub: String,
     pub consumer_group: String,
     pub partition_id: String,
+    /// This instance: checkpoints apply only while it owns the partition.
+    owner_id: String,
     store: Arc<dyn CheckpointStore>,
 }
 
@@ -63,7 +65,9 @@ impl std::fmt::Debug for PartitionContext {
 }
 
 impl PartitionContext {
-    /// Records `event` as processed: a new owner of the partition starts after it.
+    /// Records `event` as processed: a new owner of the partition starts after it. Refused
+    /// with [`crate::ErrorReason::NotOwner`] once another instance has claimed the partition
+    /// (a late checkpoint must not move the new owner's back).
     pub async fn checkpoint(&self, event: &ReceivedEvent) -> Result<(), ClientError> {
         let offset = event.offset.parse::<i64>().map_err(|_| {
             ClientError::InvalidArgument(format!("event offset '{}' is not a number", event.offset))
@@ -75,6 +79,7 @@ impl PartitionContext {
                 &self.partition_id,
                 offset,
                 event.sequence_number,
+                Some(&self.owner_id),
             )
             .await
             .map(drop)
@@ -363,6 +368,7 @@ impl Balancer {
             event_hub: self.processor.event_hub.clone(),
             consumer_group: self.processor.consumer_group.clone(),
             partition_id: partition_id.to_string(),
+            owner_id: self.processor.options.owner_id.clone(),
             store: self.processor.store.clone(),
         }
     }
@@ -551,6 +557,9 @@ async fn pump(
                 {
                     match context.checkpoint(event).await {
                         Ok(()) => since_checkpoint = 0,
+                        // Claimed by another instance: its reader displaces ours shortly.
+                        Err(err)
+                            if err.reason() == Some(tributary_proto::ErrorReason::NotOwner) => {}
                         Err(err) => {
                             handler
                                 .process_error(Some(&context.partition_id), &err)

@@ -35,6 +35,7 @@ pub trait CheckpointStore: Send + Sync + 'static {
         partition: u16,
         offset: i64,
         sequence_number: i64,
+        owner: Option<&str>,
     ) -> Result<Checkpoint, ApiError>;
 
     /// Every checkpoint of a consumer group, by partition index.
@@ -112,6 +113,7 @@ impl CheckpointStore for ControllerStore {
         partition: u16,
         offset: i64,
         sequence_number: i64,
+        owner: Option<&str>,
     ) -> Result<Checkpoint, ApiError> {
         match self
             .run(StoreCommand::UpdateCheckpoint {
@@ -120,6 +122,7 @@ impl CheckpointStore for ControllerStore {
                 partition,
                 offset,
                 sequence_number,
+                owner: owner.map(str::to_string),
                 now_ms: self.clock.now_ms(),
             })
             .await?

@@ -607,13 +607,7 @@ fn no_controller_leader() -> ApiError {
 }
 
 fn command_error(err: crate::controller::state::CommandError) -> ApiError {
-    let reason = match err.kind {
-        ErrorKind::NotFound => ErrorReason::NotFound,
-        ErrorKind::AlreadyExists => ErrorReason::AlreadyExists,
-        ErrorKind::InvalidArgument => ErrorReason::InvalidArgument,
-        ErrorKind::QuotaExceeded => ErrorReason::QuotaExceeded,
-    };
-    ApiError::new(reason, err.message)
+    ApiError::new(err.kind.reason(), err.message)
 }
 
 /// The Cluster service on the peer port.
@@ -673,26 +667,18 @@ impl Cluster for ClusterService {
                     .expect("replies encode")
                     .into(),
             ),
-            Err(err) => match err.reason {
-                ErrorReason::NotFound
-                | ErrorReason::AlreadyExists
-                | ErrorReason::InvalidArgument
-                | ErrorReason::QuotaExceeded => propose_reply::Result::Reply(
+            Err(err) => match ErrorKind::from_reason(err.reason) {
+                Some(kind) => propose_reply::Result::Reply(
                     postcard::to_allocvec(&Err::<Reply, _>(
                         crate::controller::state::CommandError {
-                            kind: match err.reason {
-                                ErrorReason::NotFound => ErrorKind::NotFound,
-                                ErrorReason::AlreadyExists => ErrorKind::AlreadyExists,
-                                ErrorReason::QuotaExceeded => ErrorKind::QuotaExceeded,
-                                _ => ErrorKind::InvalidArgument,
-                            },
+                            kind,
                             message: err.message,
                         },
                     ))
                     .expect("errors encode")
                     .into(),
                 ),
-                _ => propose_reply::Result::Unavailable(err.message),
+                None => propose_reply::Result::Unavailable(err.message),
             },
         };
         Ok(Response::new(ProposeReply {

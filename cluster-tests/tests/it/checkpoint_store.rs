@@ -77,7 +77,7 @@ async fn writer(
         seq += 1;
         acked.lock().unwrap().get_mut(&p).unwrap().attempted = seq;
         if let Ok(checkpoint) = store
-            .update_checkpoint(HUB, GROUP, &partition_id, seq * 100, seq)
+            .update_checkpoint(HUB, GROUP, &partition_id, seq * 100, seq, Some(&owner))
             .await
         {
             assert_eq!(checkpoint.sequence_number, seq);

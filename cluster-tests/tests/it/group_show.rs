@@ -73,11 +73,11 @@ async fn group_show_matches_the_record_and_a_killed_reader_frees_its_slot() {
         .unwrap();
     assert_eq!(claimed.len(), 3);
     store
-        .update_checkpoint(HUB, GROUP, "0", 1, 1)
+        .update_checkpoint(HUB, GROUP, "0", 1, 1, None)
         .await
         .unwrap();
     store
-        .update_checkpoint(HUB, GROUP, "2", 8, 8)
+        .update_checkpoint(HUB, GROUP, "2", 8, 8, None)
         .await
         .unwrap();
     let _r0 = reader(&client, "0", "r-a", None).await;

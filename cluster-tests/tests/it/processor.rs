@@ -56,8 +56,15 @@ pub(crate) struct Recorder {
 impl EventHandler for Recorder {
     async fn process_events(&self, context: &PartitionContext, events: Vec<ReceivedEvent>) {
         let started = Instant::now();
-        if let Some(last) = events.last() {
-            context.checkpoint(last).await.expect("checkpoint");
+        if let Some(last) = events.last()
+            && let Err(err) = context.checkpoint(last).await
+        {
+            // Refused only when another instance has claimed the partition meanwhile.
+            assert_eq!(
+                err.reason(),
+                Some(tributary_client::ErrorReason::NotOwner),
+                "checkpoint: {err}"
+            );
         }
         let mut history = self.history.lock().unwrap();
         let tenure = history.tenures[&(self.name.clone(), context.partition_id.clone())];
@@ -252,6 +259,31 @@ async fn processors_settle_evenly_stay_put_and_hand_over_without_overlap() {
     let (stop_producing, producing) = tokio::sync::watch::channel(false);
     let producer = produce(client.clone(), HUB, PARTITIONS, producing);
 
+    // Checkpoints never move back, whoever owns the partition (sampled from the store).
+    let watcher = {
+        let store = client.checkpoint_store();
+        let mut stopped = stop_producing.subscribe();
+        tokio::spawn(async move {
+            let mut highest: BTreeMap<String, i64> = BTreeMap::new();
+            let mut looks = 0u64;
+            loop {
+                for (partition, checkpoint) in store.list_checkpoints(HUB, GROUP).await.unwrap() {
+                    let seen = highest.entry(partition.clone()).or_insert(-1);
+                    assert!(
+                        checkpoint.sequence_number >= *seen,
+                        "partition {partition}: checkpoint moved back from {seen} to {}",
+                        checkpoint.sequence_number
+                    );
+                    *seen = checkpoint.sequence_number;
+                }
+                looks += 1;
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                    _ = stopped.wait_for(|s| *s) => return looks,
+                }
+            }
+        })
+    };
     let history = Arc::new(Mutex::new(History::default()));
     let (a, b, c) = tokio::join!(
         start(&client, "a", &history),
@@ -350,6 +382,8 @@ async fn processors_settle_evenly_stay_put_and_hand_over_without_overlap() {
     for p in [a, c, d] {
         p.stop().await;
     }
+    let looks = watcher.await.unwrap();
+    println!("checkpoints sampled {looks} times, never moving back");
     let history = history.lock().unwrap();
     check_order(&history.calls);
     let overlap = check_handoffs(&history.calls);

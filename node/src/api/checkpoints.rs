@@ -116,6 +116,7 @@ impl CheckpointStoreApi for CheckpointStoreService {
                 partition,
                 offset,
                 update.sequence_number,
+                (!req.owner_id.is_empty()).then_some(req.owner_id.as_str()),
             )
             .await?;
         Ok(Response::new(checkpoint(partition, stored)))

@@ -73,9 +73,9 @@ impl ApiError {
             ErrorReason::InvalidArgument | ErrorReason::MessageTooLarge => {
                 tonic::Code::InvalidArgument
             }
-            ErrorReason::OutOfOrderSequence | ErrorReason::ReaderDisconnected => {
-                tonic::Code::FailedPrecondition
-            }
+            ErrorReason::OutOfOrderSequence
+            | ErrorReason::ReaderDisconnected
+            | ErrorReason::NotOwner => tonic::Code::FailedPrecondition,
             ErrorReason::ServerBusy | ErrorReason::Unavailable => tonic::Code::Unavailable,
             ErrorReason::NotLeader => tonic::Code::FailedPrecondition,
             ErrorReason::Unauthorized => tonic::Code::PermissionDenied,

@@ -246,6 +246,36 @@ pub enum ErrorKind {
     AlreadyExists,
     InvalidArgument,
     QuotaExceeded,
+    /// A conditional checkpoint store update by an instance that no longer owns the
+    /// partition.
+    NotOwner,
+}
+
+impl ErrorKind {
+    pub fn reason(self) -> tributary_proto::ErrorReason {
+        use tributary_proto::ErrorReason;
+        match self {
+            ErrorKind::NotFound => ErrorReason::NotFound,
+            ErrorKind::AlreadyExists => ErrorReason::AlreadyExists,
+            ErrorKind::InvalidArgument => ErrorReason::InvalidArgument,
+            ErrorKind::QuotaExceeded => ErrorReason::QuotaExceeded,
+            ErrorKind::NotOwner => ErrorReason::NotOwner,
+        }
+    }
+
+    /// The kind a command's refusal had, from its reason; `None` for reasons that are no
+    /// command's answer (unavailable, not leader, ...).
+    pub fn from_reason(reason: tributary_proto::ErrorReason) -> Option<ErrorKind> {
+        use tributary_proto::ErrorReason;
+        Some(match reason {
+            ErrorReason::NotFound => ErrorKind::NotFound,
+            ErrorReason::AlreadyExists => ErrorKind::AlreadyExists,
+            ErrorReason::InvalidArgument => ErrorKind::InvalidArgument,
+            ErrorReason::QuotaExceeded => ErrorKind::QuotaExceeded,
+            ErrorReason::NotOwner => ErrorKind::NotOwner,
+            _ => return None,
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]

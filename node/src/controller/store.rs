@@ -60,12 +60,14 @@ pub enum StoreCommand {
         claims: Vec<Claim>,
         now_ms: i64,
     },
+    /// With `owner`, applies only while the partition's ownership record names it.
     UpdateCheckpoint {
         hub: String,
         group: String,
         partition: u16,
         offset: i64,
         sequence_number: i64,
+        owner: Option<String>,
         now_ms: i64,
     },
     ListCheckpoints {
@@ -166,10 +168,25 @@ impl ConsumerStore {
                 partition,
                 offset,
                 sequence_number,
+                owner,
                 now_ms,
             } => {
                 let record = scope(cluster, &hub, &group)?;
                 partition_in(record, partition)?;
+                if let Some(owner) = owner {
+                    let current = self
+                        .ownership
+                        .get(&(record.id, group.clone(), partition))
+                        .map_or("", |o| o.owner_id.as_str());
+                    if current != owner {
+                        return Err(CommandError {
+                            kind: ErrorKind::NotOwner,
+                            message: format!(
+                                "checkpoint refused: partition {partition} of event hub '{hub}' in consumer group '{group}' is owned by '{current}', not '{owner}'"
+                            ),
+                        });
+                    }
+                }
                 if offset < 0 || sequence_number < 0 {
                     return Err(invalid(format!(
                         "a checkpoint needs an offset and a sequence number of 0 or more (got {offset} and {sequence_number})"
@@ -341,6 +358,41 @@ mod tests {
     }
 
     #[test]
+    fn a_checkpoint_for_an_owner_applies_only_while_it_owns_the_partition() {
+        let cluster = cluster_with_hub();
+        let mut store = ConsumerStore::default();
+        let won = claim_all(&mut store, &cluster, vec![claim(0, "old", None)], 10);
+        let update = |store: &mut ConsumerStore, owner: &str, seq: i64| {
+            store.apply(
+                &cluster,
+                StoreCommand::UpdateCheckpoint {
+                    hub: "orders".into(),
+                    group: "$Default".into(),
+                    partition: 0,
+                    offset: seq,
+                    sequence_number: seq,
+                    owner: Some(owner.into()),
+                    now_ms: 20,
+                },
+            )
+        };
+        update(&mut store, "old", 5).unwrap();
+        claim_all(
+            &mut store,
+            &cluster,
+            vec![claim(0, "new", Some(&won[0].1.etag))],
+            30,
+        );
+        update(&mut store, "new", 9).unwrap();
+        // The old owner's late checkpoint would move it back: refused.
+        let err = update(&mut store, "old", 6).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::NotOwner);
+        assert!(err.message.contains("owned by 'new'"), "{err}");
+        let key = (cluster.hubs["orders"].id, "$Default".to_string(), 0);
+        assert_eq!(store.checkpoints[&key].sequence_number, 9);
+    }
+
+    #[test]
     fn times_never_go_back_and_checkpoints_are_listed_per_group() {
         let mut cluster = cluster_with_hub();
         cluster
@@ -365,6 +417,7 @@ mod tests {
                     partition,
                     offset: seq * 10,
                     sequence_number: seq,
+                    owner: None,
                     now_ms: 200,
                 },
             )
