@@ -76,7 +76,8 @@ pub struct CheckpointsReport {
     pub drain_seconds: f64,
     pub events_processed: u64,
     pub events_per_second: f64,
-    /// Checkpoints the processors wrote, per second of draining.
+    /// Checkpoints the processors wrote while draining, and per second of draining.
+    pub processor_checkpoints: u64,
     pub processor_checkpoints_per_second: f64,
     /// Phase 3: from one processor's graceful stop until the others own its partitions.
     pub takeover_seconds: f64,
@@ -311,6 +312,7 @@ async fn phases(
         drain_seconds,
         events_processed,
         events_per_second: events_processed as f64 / drain_seconds,
+        processor_checkpoints: written,
         processor_checkpoints_per_second: written as f64 / drain_seconds,
         takeover_seconds,
         takeover_intervals: takeover_seconds / interval,

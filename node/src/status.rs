@@ -237,11 +237,17 @@ pub async fn cluster_status(broker: &Broker) -> pb::ClusterStatus {
                             // it counts as stored.
                             let applied = own.is_some_and(|g| near(g.last_applied_index));
                             // Only a voter counts: a learner still being brought in is
-                            // no part of a quorum, however far it has got.
-                            let voter = state
-                                .nodes
-                                .get(&node)
-                                .is_some_and(|record| view.voters.contains(&record.member()));
+                            // no part of a quorum, however far it has got. Nor does a node
+                            // whose earlier incarnation is still a voter too: that member
+                            // can never answer, so the group has a voter too many until it
+                            // is removed, and losing another node then leaves no majority.
+                            let voter = state.nodes.get(&node).is_some_and(|record| {
+                                let member = record.member();
+                                view.voters.contains(&member)
+                                    && !view.voters.iter().any(|&v| {
+                                        v != member && tributary_raft::member_node(v).0 == node
+                                    })
+                            });
                             voter && (matched || applied)
                         }
                         None => false,

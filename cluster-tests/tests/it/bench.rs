@@ -104,10 +104,7 @@ async fn bench_checkpoints_reports_every_phase() {
     );
     assert_eq!(number("events_processed"), 8.0 * 50.0, "{report}");
     // 50 events per partition, a checkpoint every 10: at least one per partition.
-    assert!(
-        number("processor_checkpoints_per_second") * number("drain_seconds") >= 8.0,
-        "{report}"
-    );
+    assert!(number("processor_checkpoints") >= 8.0, "{report}");
     assert!(
         number("balanced_seconds") > 0.0 && number("takeover_seconds") > 0.0,
         "{report}"
