@@ -44,6 +44,22 @@ impl Client {
         }
     }
 
+    /// A client to the same endpoint over a connection of its own (same retry deadline):
+    /// calls that must not wait behind busy streams on a shared connection (HTTP/2 flow
+    /// control is per connection) use it.
+    pub fn separate_connection(&self) -> Result<Client, ClientError> {
+        let channel = make_channel(&self.endpoint)?;
+        Ok(Client {
+            routing: Routing::new(
+                self.endpoint.clone(),
+                channel.clone(),
+                self.routing.retry_deadline(),
+            ),
+            channel,
+            endpoint: self.endpoint.clone(),
+        })
+    }
+
     /// The endpoint this client talks to.
     pub fn endpoint(&self) -> &str {
         &self.endpoint

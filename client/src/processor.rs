@@ -244,6 +244,9 @@ pub struct EventProcessor {
 
 impl EventProcessor {
     /// A processor of `event_hub` in `consumer_group` using the cluster's checkpoint store.
+    /// Store calls go over a connection of their own: on the readers' connection they could
+    /// wait behind event data that handlers have not consumed yet, while the handlers wait
+    /// for their checkpoints (HTTP/2 flow control is per connection).
     pub fn new(
         client: &Client,
         event_hub: &str,
@@ -251,12 +254,15 @@ impl EventProcessor {
         handler: Arc<dyn EventHandler>,
         options: EventProcessorOptions,
     ) -> Self {
+        let store_client = client
+            .separate_connection()
+            .unwrap_or_else(|_| client.clone());
         EventProcessor {
             client: client.clone(),
             event_hub: event_hub.to_string(),
             consumer_group: consumer_group.to_string(),
             handler,
-            store: Arc::new(client.checkpoint_store()),
+            store: Arc::new(store_client.checkpoint_store()),
             options,
         }
     }
