@@ -284,9 +284,8 @@ async fn phases(
                 .await?,
         );
     }
-    let balanced_after = wait_until("balancing", || balanced(&processors, args.partitions)).await?;
+    wait_until("balancing", || balanced(&processors, args.partitions)).await?;
     let balanced_seconds = started.elapsed().as_secs_f64();
-    let _ = balanced_after;
     let last = args.events_per_partition as i64 - 1;
     wait_until("draining the backlog", || {
         let highest = highest.lock().expect("counter lock");

@@ -421,7 +421,7 @@ impl Placement {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::state::{NewHub, NodeRecord, Reply};
+    use crate::controller::state::{NewHub, Reply};
 
     fn cluster(nodes: u64) -> ClusterState {
         crate::controller::state::test_cluster(nodes)
@@ -429,14 +429,7 @@ mod tests {
 
     /// Node `id` joins (registers) the cluster.
     fn join(state: &mut ClusterState, id: u64) {
-        state
-            .apply(Command::RegisterNode(NodeRecord::new(
-                id,
-                format!("c{id}"),
-                format!("p{id}"),
-                100 + id,
-            )))
-            .unwrap();
+        crate::controller::state::test_register(state, id);
     }
 
     fn create(state: &mut ClusterState, partitions: u32, rf: u8) -> HubId {

@@ -1,9 +1,9 @@
 use std::sync::Arc;
 
+use crate::api::convert::consumer_group as group;
 use tonic::{Request, Response, Status};
 use tributary_proto::v1 as pb;
 use tributary_proto::v1::checkpoint_store_server::CheckpointStore as CheckpointStoreApi;
-use tributary_types::DEFAULT_CONSUMER_GROUP;
 
 use crate::api::error::ApiError;
 use crate::checkpoints::CheckpointStore;
@@ -11,14 +11,6 @@ use crate::controller::store::{Checkpoint, Claim, Ownership};
 
 pub struct CheckpointStoreService {
     pub store: Arc<dyn CheckpointStore>,
-}
-
-fn group(name: &str) -> &str {
-    if name.is_empty() {
-        DEFAULT_CONSUMER_GROUP
-    } else {
-        name
-    }
 }
 
 /// A partition id as this API writes it: the partition's index in decimal.

@@ -5,7 +5,6 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tributary_proto::v1 as pb;
 use tributary_proto::v1::consumer_server::Consumer;
-use tributary_types::DEFAULT_CONSUMER_GROUP;
 use tributary_types::limits::{RECEIVE_BATCH_EVENTS_DEFAULT, RECEIVE_BATCH_EVENTS_MAX};
 
 use crate::api::convert;
@@ -33,11 +32,7 @@ impl ConsumerService {
         partition_id: &str,
     ) -> Result<(HubRecord, &'a str, u16, Arc<Partition>), ApiError> {
         let hub = self.broker.hub(event_hub)?;
-        let group = if consumer_group.is_empty() {
-            DEFAULT_CONSUMER_GROUP
-        } else {
-            consumer_group
-        };
+        let group = convert::consumer_group(consumer_group);
         self.broker.check_consumer_group(&hub, group)?;
         let index = self.broker.partition_index(&hub, partition_id)?;
         let partition = self.broker.leader_partition(&hub, index).await?;

@@ -119,3 +119,12 @@ pub fn position(position: Option<pb::EventPosition>) -> Result<Position, ApiErro
         }
     })
 }
+
+/// A request's consumer group: empty means `$Default`.
+pub fn consumer_group(name: &str) -> &str {
+    if name.is_empty() {
+        tributary_types::DEFAULT_CONSUMER_GROUP
+    } else {
+        name
+    }
+}

@@ -718,16 +718,22 @@ pub fn planner_partitions(state: &ClusterState) -> Vec<planner::PlannerPartition
 pub(crate) fn test_cluster(nodes: u64) -> ClusterState {
     let mut state = ClusterState::default();
     for id in 1..=nodes {
-        state
-            .apply(Command::RegisterNode(NodeRecord::new(
-                id,
-                format!("c{id}"),
-                format!("p{id}"),
-                100 + id,
-            )))
-            .unwrap();
+        test_register(&mut state, id);
     }
     state
+}
+
+/// Node `id` registers (joins) with one CU and no zone, for tests.
+#[cfg(test)]
+pub(crate) fn test_register(state: &mut ClusterState, id: u64) {
+    state
+        .apply(Command::RegisterNode(NodeRecord::new(
+            id,
+            format!("c{id}"),
+            format!("p{id}"),
+            100 + id,
+        )))
+        .unwrap();
 }
 
 #[cfg(test)]
