@@ -34,14 +34,42 @@ impl Client {
         })
     }
 
+    /// Like [`Client::connect`] to the first of `endpoints`, knowing the others from the
+    /// start (as Kafka's bootstrap servers): when the node a call goes to cannot be reached,
+    /// the call is retried on another of them, so no single node being down stops the
+    /// client.
+    pub async fn connect_any<S: AsRef<str>>(endpoints: &[S]) -> Result<Client, ClientError> {
+        let Some((first, others)) = endpoints.split_first() else {
+            return Err(ClientError::InvalidArgument(
+                "at least one endpoint is needed, e.g. http://127.0.0.1:7400".into(),
+            ));
+        };
+        let client = Client::connect(first.as_ref()).await?;
+        for other in others {
+            let other = normalize_endpoint(other.as_ref())?;
+            client.routing.know_endpoint(&other.into())?;
+        }
+        Ok(client)
+    }
+
     /// The same connection with another limit on how long sends and reads keep retrying
     /// transient failures (leader changes, a node restarting); zero disables retries.
     pub fn with_retry_deadline(&self, retry_deadline: Duration) -> Client {
         Client {
-            routing: Routing::new(self.endpoint.clone(), self.channel.clone(), retry_deadline),
+            routing: self.routing_over(self.channel.clone(), retry_deadline),
             channel: self.channel.clone(),
             endpoint: self.endpoint.clone(),
         }
+    }
+
+    /// Routing like this client's (the nodes it knows) over `channel` to the first node.
+    fn routing_over(&self, channel: Channel, retry_deadline: Duration) -> Routing {
+        let routing = Routing::new(self.endpoint.clone(), channel, retry_deadline);
+        for endpoint in self.routing.known_endpoints() {
+            // Known endpoints were valid when first made.
+            let _ = routing.know_endpoint(&endpoint);
+        }
+        routing
     }
 
     /// A client to the same endpoint over a connection of its own (same retry deadline):
@@ -50,11 +78,7 @@ impl Client {
     pub fn separate_connection(&self) -> Result<Client, ClientError> {
         let channel = make_channel(&self.endpoint)?;
         Ok(Client {
-            routing: Routing::new(
-                self.endpoint.clone(),
-                channel.clone(),
-                self.routing.retry_deadline(),
-            ),
+            routing: self.routing_over(channel.clone(), self.routing.retry_deadline()),
             channel,
             endpoint: self.endpoint.clone(),
         })
@@ -378,6 +402,93 @@ mod tests {
         let error = Client::connect("http://bad host:7400").await.unwrap_err();
         assert!(matches!(error, ClientError::InvalidArgument(_)), "{error}");
         assert!(error.to_string().contains("not a valid URL"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_client_of_several_nodes_goes_on_when_the_first_is_down() {
+        let down = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let down_port = down.local_addr().unwrap().port();
+        drop(down);
+        // A stand-in node that answers every call with an error of its own.
+        let up = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let up_port = up.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(up);
+            tonic::transport::Server::builder()
+                .add_service(
+                    tributary_proto::v1::checkpoint_store_server::CheckpointStoreServer::new(
+                        RefusingStore,
+                    ),
+                )
+                .serve_with_incoming(incoming)
+                .await
+        });
+        let endpoints = [
+            format!("127.0.0.1:{down_port}"),
+            format!("http://127.0.0.1:{up_port}"),
+        ];
+        let client = Client::connect_any(&endpoints)
+            .await
+            .unwrap()
+            .with_retry_deadline(std::time::Duration::from_secs(5));
+        use crate::CheckpointStore as _;
+        let error = client
+            .checkpoint_store()
+            .list_ownership("hub", "group")
+            .await
+            .unwrap_err();
+        // The refusal came from the second node: the first one's absence was worked around.
+        assert!(
+            error.to_string().contains("refused by the stand-in"),
+            "{error}"
+        );
+        // The same holds for a client made from it.
+        let error = client
+            .separate_connection()
+            .unwrap()
+            .checkpoint_store()
+            .list_ownership("hub", "group")
+            .await
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("refused by the stand-in"),
+            "{error}"
+        );
+        server.abort();
+        assert!(matches!(
+            Client::connect_any::<&str>(&[]).await,
+            Err(ClientError::InvalidArgument(_))
+        ));
+    }
+
+    struct RefusingStore;
+
+    #[tonic::async_trait]
+    impl tributary_proto::v1::checkpoint_store_server::CheckpointStore for RefusingStore {
+        async fn list_ownership(
+            &self,
+            _request: tonic::Request<proto::ListOwnershipRequest>,
+        ) -> Result<tonic::Response<proto::ListOwnershipResponse>, tonic::Status> {
+            Err(tonic::Status::permission_denied("refused by the stand-in"))
+        }
+        async fn claim_ownership(
+            &self,
+            _request: tonic::Request<proto::ClaimOwnershipRequest>,
+        ) -> Result<tonic::Response<proto::ClaimOwnershipResponse>, tonic::Status> {
+            Err(tonic::Status::permission_denied("refused by the stand-in"))
+        }
+        async fn update_checkpoint(
+            &self,
+            _request: tonic::Request<proto::UpdateCheckpointRequest>,
+        ) -> Result<tonic::Response<proto::Checkpoint>, tonic::Status> {
+            Err(tonic::Status::permission_denied("refused by the stand-in"))
+        }
+        async fn list_checkpoints(
+            &self,
+            _request: tonic::Request<proto::ListCheckpointsRequest>,
+        ) -> Result<tonic::Response<proto::ListCheckpointsResponse>, tonic::Status> {
+            Err(tonic::Status::permission_denied("refused by the stand-in"))
+        }
     }
 
     #[tokio::test]

@@ -119,6 +119,23 @@ impl Routing {
         }
     }
 
+    /// Makes `endpoint` one of the nodes a call may go to when another cannot be reached.
+    pub(crate) fn know_endpoint(&self, endpoint: &Arc<str>) -> Result<(), ClientError> {
+        self.channel(endpoint).map(drop)
+    }
+
+    /// The endpoints this client knows, besides the first.
+    pub(crate) fn known_endpoints(&self) -> Vec<Arc<str>> {
+        let channels = self.inner.channels.lock().expect("channels lock");
+        let mut known: Vec<Arc<str>> = channels
+            .keys()
+            .filter(|e| **e != self.inner.base)
+            .cloned()
+            .collect();
+        known.sort();
+        known
+    }
+
     fn channel(&self, endpoint: &Arc<str>) -> Result<Channel, ClientError> {
         let mut channels = self.inner.channels.lock().expect("channels lock");
         if let Some(channel) = channels.get(endpoint) {

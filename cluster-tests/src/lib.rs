@@ -6,7 +6,9 @@
 
 mod binary;
 mod cluster;
+pub mod containers;
 mod http;
+pub mod nemesis;
 mod node_process;
 mod seed;
 mod test_dir;

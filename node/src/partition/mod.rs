@@ -318,6 +318,10 @@ impl Partition {
             events,
             producer,
         });
+        #[cfg(feature = "fault-ack-before-commit")]
+        if let Some(guessed) = self.ack_before_commit(&proposal, &positions).await {
+            return Ok(guessed);
+        }
         let response = match self.raft.client_write(proposal.clone()).await {
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))
                 if forward.leader_id.is_none() =>
@@ -363,6 +367,41 @@ impl Partition {
                 Err(storage("append entry applied without a result"))
             }
         }
+    }
+
+    /// The deliberately broken build the nemesis suite must catch (cargo feature
+    /// `fault-ack-before-commit`, never shipped): a send whose entry has not committed within
+    /// a moment is acknowledged anyway, with numbers guessed from the applied progress, while
+    /// the proposal goes on in the background. An isolated leader thus acknowledges events
+    /// that the majority never stores.
+    #[cfg(feature = "fault-ack-before-commit")]
+    async fn ack_before_commit(
+        &self,
+        proposal: &Proposal,
+        positions: &[usize],
+    ) -> Option<Appended> {
+        const COMMIT_PATIENCE: Duration = Duration::from_millis(100);
+        let leading = self.raft.metrics().borrow().current_leader == Some(self.member);
+        if !leading {
+            return None;
+        }
+        let raft = self.raft.clone();
+        let proposal = proposal.clone();
+        let write = tokio::spawn(async move { raft.client_write(proposal).await });
+        tokio::time::sleep(COMMIT_PATIENCE).await;
+        if write.is_finished() {
+            return None;
+        }
+        let progress = self.progress();
+        tracing::warn!("fault-ack-before-commit: acknowledging a send before it committed");
+        Some(Appended {
+            first_sequence: progress.next_sequence,
+            offsets: positions
+                .iter()
+                .map(|p| progress.next_offset + *p as i64)
+                .collect(),
+            enqueued_time_ms: progress.last_time_ms,
+        })
     }
 
     async fn wait_for_leader(&self) -> Result<(), PartitionError> {

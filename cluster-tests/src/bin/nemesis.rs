@@ -1,0 +1,185 @@
+//! `nemesis`: Tributary nodes in containers under injected faults, a workload with a
+//! recorded history, and a checker that judges it. Build the image first
+//! (`scripts/docker-image`); `scripts/nemesis` does both.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use tributary_cluster_tests::containers::{self, BROKEN_IMAGE_DEFAULT, IMAGE_DEFAULT};
+use tributary_cluster_tests::nemesis::faults::NemesisKind;
+use tributary_cluster_tests::nemesis::report::{failure_details, summary_table};
+use tributary_cluster_tests::nemesis::{RunConfig, RunReport, run};
+
+/// Runs Tributary nodes as containers on a private Docker network, injects faults while
+/// idempotent producers, readers, event processors and management calls run, then checks
+/// the recorded history: nothing acknowledged lost, reordered or duplicated, readers agree,
+/// checkpoints never move back, processors never overlap beyond the hand-off, and every
+/// healed fault leads back to full availability. Needs root (packet filters, tmpfs mounts)
+/// and the image from scripts/docker-image.
+#[derive(Debug, Parser)]
+#[command(name = "nemesis")]
+struct Args {
+    /// How long faults are injected in each run, e.g. 2m or 90s.
+    #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
+    time: Duration,
+    /// The nemeses, comma-separated; a run picks among them at random, one fault at a time.
+    /// `all` mixes every one.
+    #[arg(long, value_delimiter = ',', default_value = "all")]
+    nemesis: Vec<String>,
+    /// Runs each listed nemesis alone, in turn, instead of mixing them.
+    #[arg(long)]
+    each: bool,
+    /// Seed of the first run (later runs add 1); random when not given. Replays a run.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Runs per nemesis (or per mix).
+    #[arg(long, default_value_t = 1)]
+    runs: u32,
+    /// Nodes in the cluster (3 or 5; the workload's hub has replication factor 3).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u8).range(3..=5))]
+    nodes: u8,
+    /// The node image.
+    #[arg(long, default_value = IMAGE_DEFAULT)]
+    image: String,
+    /// The short suite (CI): every nemesis mixed for 90 s, then the deliberately broken
+    /// image (`--broken-image`) under partitions, which the checker must catch.
+    #[arg(long)]
+    short: bool,
+    /// The broken image the short suite runs.
+    #[arg(long, default_value = BROKEN_IMAGE_DEFAULT)]
+    broken_image: String,
+    /// Succeeds only if the checker finds violations (to show it can fail).
+    #[arg(long)]
+    expect_violations: bool,
+    /// Where runs keep data, node logs and histories (a fresh directory per run).
+    #[arg(long, default_value_os_t = std::env::temp_dir())]
+    dir: PathBuf,
+}
+
+fn parse_nemeses(names: &[String]) -> Result<Vec<NemesisKind>, String> {
+    use clap::ValueEnum as _;
+    let mut kinds = Vec::new();
+    for name in names {
+        if name == "all" {
+            kinds.extend(NemesisKind::ALL);
+            continue;
+        }
+        let kind = NemesisKind::from_str(name, true).map_err(|_| {
+            let known: Vec<&str> = NemesisKind::ALL.iter().map(|k| k.name()).collect();
+            format!(
+                "unknown nemesis '{name}'; expected one of {} or all",
+                known.join(", ")
+            )
+        })?;
+        kinds.push(kind);
+    }
+    kinds.sort();
+    kinds.dedup();
+    Ok(kinds)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    if let Some(reason) = containers::unavailable().await {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            eprintln!("nemesis: cannot run in CI: {reason}");
+            return ExitCode::FAILURE;
+        }
+        eprintln!("nemesis suite skipped: {reason}");
+        return ExitCode::SUCCESS;
+    }
+    let nemeses = match parse_nemeses(&args.nemesis) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("nemesis: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut seed = args.seed.unwrap_or_else(rand::random);
+    let mut plans: Vec<(Vec<NemesisKind>, Duration, String, bool)> = Vec::new();
+    if args.short {
+        plans.push((
+            NemesisKind::ALL.to_vec(),
+            Duration::from_secs(90),
+            args.image.clone(),
+            false,
+        ));
+        plans.push((
+            vec![NemesisKind::Partition],
+            Duration::from_secs(40),
+            args.broken_image.clone(),
+            true,
+        ));
+    } else {
+        for _ in 0..args.runs {
+            if args.each {
+                for kind in &nemeses {
+                    plans.push((vec![*kind], args.time, args.image.clone(), false));
+                }
+            } else {
+                plans.push((nemeses.clone(), args.time, args.image.clone(), false));
+            }
+        }
+    }
+    let mut reports: Vec<(RunReport, bool)> = Vec::new();
+    for (i, (kinds, time, image, broken)) in plans.into_iter().enumerate() {
+        let run_dir = args
+            .dir
+            .join(format!("tributary-nemesis-{}-{seed}", std::process::id()));
+        let mut config = RunConfig::new(kinds, time, seed, run_dir);
+        config.image = image;
+        config.nodes = usize::from(args.nodes);
+        eprintln!("=== run {} ===", i + 1);
+        match run(config).await {
+            Ok(report) => {
+                let expect_violations = broken || args.expect_violations;
+                if report.passed() == expect_violations || broken {
+                    eprintln!("{}", failure_details(&report));
+                }
+                reports.push((report, expect_violations));
+            }
+            Err(err) => {
+                eprintln!("nemesis: the run with seed {seed} could not be carried out: {err:#}");
+                return ExitCode::FAILURE;
+            }
+        }
+        seed = seed.wrapping_add(1);
+    }
+    let all: Vec<RunReport> = reports.iter().map(|(r, _)| r).cloned().collect();
+    println!("{}", summary_table(&all));
+    let mut ok = true;
+    for (report, expect_violations) in &reports {
+        if *expect_violations {
+            if report.check.is_valid() {
+                eprintln!(
+                    "nemesis: the run with seed {} ({}) was expected to be caught by the checker, \
+                     but it found nothing",
+                    report.seed,
+                    report
+                        .nemeses
+                        .iter()
+                        .map(|k| k.name())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                );
+                ok = false;
+            } else {
+                eprintln!(
+                    "nemesis: the deliberately broken run with seed {} was caught: {} violations",
+                    report.seed,
+                    report.check.violations.len()
+                );
+            }
+        } else if !report.passed() {
+            ok = false;
+        }
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
