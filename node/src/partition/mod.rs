@@ -381,7 +381,12 @@ impl Partition {
         positions: &[usize],
     ) -> Option<Appended> {
         const COMMIT_PATIENCE: Duration = Duration::from_millis(100);
-        let leading = self.raft.metrics().borrow().current_leader == Some(self.member);
+        let leading = {
+            use openraft::type_config::async_runtime::WatchReceiver;
+            let metrics = self.raft.metrics();
+            let leader = metrics.borrow_watched().current_leader;
+            leader == Some(self.member)
+        };
         if !leading {
             return None;
         }
