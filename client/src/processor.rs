@@ -15,6 +15,7 @@ use rand::Rng as _;
 use rand::seq::IndexedRandom as _;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::checkpoints::{CheckpointStore, Claim, Ownership};
 use crate::{Client, ClientError, EventPosition, ReceiveOptions, ReceivedEvent};
@@ -342,6 +343,10 @@ impl Drop for RunningProcessor {
 struct Pump {
     /// Set to why the partition closes.
     stop: watch::Sender<Option<CloseReason>>,
+    /// Until when this instance surely owns the partition: the start of the last claim that
+    /// renewed it plus the ownership expiration (no other instance can claim it earlier by
+    /// expiry). The pump hands no batch to the handler after it.
+    lease: watch::Sender<Instant>,
     task: JoinHandle<()>,
 }
 
@@ -392,6 +397,23 @@ impl Balancer {
                 return;
             }
         };
+        // A partition another instance owns now was lost since the last round, even if this
+        // round takes it back: its pump read on from where this instance was, not from the
+        // other owner's checkpoints, so it stops and a new one starts from the checkpoint.
+        let lost: Vec<String> = records
+            .iter()
+            .filter(|r| {
+                r.owner_id != p.options.owner_id && self.pumps.contains_key(&r.partition_id)
+            })
+            .map(|r| r.partition_id.clone())
+            .collect();
+        for id in lost {
+            self.held.remove(&id);
+            let pump = self.pumps.remove(&id).expect("listed pump");
+            pump.stop.send_replace(Some(CloseReason::OwnershipLost));
+            let _ = pump.task.await;
+        }
+        let p = &self.processor;
         let claims = plan_claims(
             &records,
             &self.partition_ids,
@@ -401,6 +423,7 @@ impl Balancer {
             p.options.strategy,
             &mut rand::rng(),
         );
+        let claimed_at = Instant::now();
         let won = match p
             .store
             .claim_ownership(&p.event_hub, &p.consumer_group, claims)
@@ -435,17 +458,25 @@ impl Balancer {
             .filter(|id| !self.pumps.contains_key(*id))
             .cloned()
             .collect();
+        let lease_end = claimed_at + self.processor.options.ownership_expiration;
+        for pump in self.pumps.values() {
+            pump.lease.send_replace(lease_end);
+        }
         for id in new {
             let (stop, stopped) = watch::channel(None);
+            let (lease, leased) = watch::channel(lease_end);
             let task = tokio::spawn(pump(
                 self.processor.client.clone(),
                 self.context(&id),
                 self.processor.handler.clone(),
                 self.processor.options.clone(),
-                stopped,
+                PumpSignals {
+                    stop: stopped,
+                    lease: leased,
+                },
                 self.owned.clone(),
             ));
-            self.pumps.insert(id, Pump { stop, task });
+            self.pumps.insert(id, Pump { stop, lease, task });
         }
         self.owned.send_replace(self.held.keys().cloned().collect());
     }
@@ -481,16 +512,47 @@ impl Balancer {
     }
 }
 
-/// Reads one owned partition and hands its events to the handler until told to stop or
-/// its reader ends.
+/// What the balancer tells a pump: stop (and why), and until when its ownership holds.
+struct PumpSignals {
+    stop: watch::Receiver<Option<CloseReason>>,
+    lease: watch::Receiver<Instant>,
+}
+
+/// Waits until the lease ends (a renewal moves its end later).
+async fn lease_ended(lease: &mut watch::Receiver<Instant>) {
+    loop {
+        let end = *lease.borrow_and_update();
+        tokio::select! {
+            _ = tokio::time::sleep_until(end) => {
+                if *lease.borrow() <= Instant::now() {
+                    return;
+                }
+            }
+            changed = lease.changed() => {
+                if changed.is_err() {
+                    // The balancer is gone: it told the stop signal too.
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+    }
+}
+
+/// Reads one owned partition and hands its events to the handler until told to stop, its
+/// reader ends, or its ownership could not be renewed in time (the store unreachable): then
+/// another instance may own it, so this one stops rather than process alongside it.
 async fn pump(
     client: Client,
     context: PartitionContext,
     handler: Arc<dyn EventHandler>,
     options: EventProcessorOptions,
-    mut stop: watch::Receiver<Option<CloseReason>>,
+    signals: PumpSignals,
     owned: Arc<watch::Sender<BTreeSet<String>>>,
 ) {
+    let PumpSignals {
+        mut stop,
+        mut lease,
+    } = signals;
     let checkpoint = match context
         .store
         .list_checkpoints(&context.event_hub, &context.consumer_group)
@@ -546,11 +608,15 @@ async fn pump(
                 // A dropped balancer (the processor was dropped) is a shutdown too.
                 break told.map_or(CloseReason::Shutdown, |reason| reason.unwrap_or(CloseReason::Shutdown));
             }
+            () = lease_ended(&mut lease) => break lease_lost(&owned, &context),
         };
         match batch {
             Some(Ok(events)) => {
                 if let Some(reason) = *stop.borrow() {
                     break reason;
+                }
+                if *lease.borrow() <= Instant::now() {
+                    break lease_lost(&owned, &context);
                 }
                 since_checkpoint += events.len() as u64;
                 let newest = events.last().cloned();
@@ -605,6 +671,14 @@ async fn pump(
             .await;
     }
     handler.partition_closing(&context, reason).await;
+}
+
+/// The pump's ownership may have passed to another instance: it leaves the owned set.
+fn lease_lost(owned: &watch::Sender<BTreeSet<String>>, context: &PartitionContext) -> CloseReason {
+    owned.send_modify(|set| {
+        set.remove(&context.partition_id);
+    });
+    CloseReason::OwnershipLost
 }
 
 #[cfg(test)]

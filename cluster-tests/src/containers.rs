@@ -39,6 +39,9 @@ const SUBNET_ATTEMPTS_MAX: u32 = 32;
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
 /// Pause between two readiness probes.
 const READY_POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// The exit code of a node that stopped because its storage failed (the node's
+/// `StorageFailed::EXIT_CODE`, EX_IOERR).
+pub const STORAGE_FAILED_EXIT_CODE: i64 = 74;
 /// The file the disk nemesis writes to fill a node's disk.
 const BALLAST_FILE: &str = "nemesis-ballast";
 
@@ -124,7 +127,8 @@ struct ContainerNode {
     ip: Ipv4Addr,
     data_dir: PathBuf,
     state: NodeState,
-    /// Traffic shaping (`tc netem` arguments) set on the node, re-applied after a restart.
+    /// Traffic shaping (a `tc` qdisc with its arguments) set on the node, re-applied after a
+    /// restart.
     netem: Option<String>,
 }
 
@@ -338,6 +342,23 @@ impl ContainerCluster {
         crashed
     }
 
+    /// The exit code of node `i`'s container, once it has exited.
+    pub async fn exit_code(&self, i: usize) -> Option<i64> {
+        if self.is_running(i).await {
+            return None;
+        }
+        docker(&[
+            "inspect",
+            "--format",
+            "{{.State.ExitCode}}",
+            &self.nodes[i].container,
+        ])
+        .await
+        .ok()?
+        .parse()
+        .ok()
+    }
+
     /// SIGKILL: the node dies at once.
     pub async fn kill(&mut self, i: usize) -> anyhow::Result<()> {
         self.note(i, "SIGKILL");
@@ -460,30 +481,43 @@ impl ContainerCluster {
         Ok(())
     }
 
-    /// Delays every packet node `i` sends by `delay` ± `jitter` (netem), clients' included.
+    /// Slows every packet node `i` sends, clients' included: delayed by `delay` ± `jitter`
+    /// (netem) where the kernel has netem, else queued behind a 1 Mbit/s token bucket for up
+    /// to `delay` (tbf; what does not fit is dropped). Returns what was set.
     pub async fn slow(
         &mut self,
         i: usize,
         delay: Duration,
         jitter: Duration,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<String> {
         let netem = format!(
-            "delay {}ms {}ms distribution normal",
+            "netem delay {}ms {}ms distribution normal",
             delay.as_millis(),
             jitter.as_millis()
         );
-        self.note(i, &format!("netem {netem}"));
-        self.nodes[i].netem = Some(netem.clone());
-        if self.nodes[i].state != NodeState::Stopped {
-            self.apply_netem(i, &netem).await?;
+        let tbf = format!(
+            "tbf rate 1mbit burst 32kbit latency {}ms",
+            delay.as_millis()
+        );
+        let mut chosen = netem;
+        if self.nodes[i].state != NodeState::Stopped
+            && let Err(err) = self.apply_netem(i, &chosen).await
+        {
+            if !format!("{err:#}").contains("qdisc kind is unknown") {
+                return Err(err);
+            }
+            chosen = tbf;
+            self.apply_netem(i, &chosen).await?;
         }
-        Ok(())
+        self.note(i, &format!("tc qdisc {chosen}"));
+        self.nodes[i].netem = Some(chosen.clone());
+        Ok(chosen)
     }
 
     /// Removes node `i`'s traffic shaping.
     pub async fn unslow(&mut self, i: usize) -> anyhow::Result<()> {
         if self.nodes[i].netem.take().is_some() && self.nodes[i].state != NodeState::Stopped {
-            self.note(i, "netem off");
+            self.note(i, "traffic shaping off");
             let pid = self.pid(i).await?;
             nsenter(pid, "tc", &["qdisc", "del", "dev", "eth0", "root"]).await?;
         }
@@ -634,7 +668,7 @@ impl ContainerCluster {
 
     async fn apply_netem(&self, i: usize, netem: &str) -> anyhow::Result<()> {
         let pid = self.pid(i).await?;
-        let mut args = vec!["qdisc", "replace", "dev", "eth0", "root", "netem"];
+        let mut args = vec!["qdisc", "replace", "dev", "eth0", "root"];
         args.extend(netem.split_whitespace());
         nsenter(pid, "tc", &args).await.map(drop)
     }

@@ -228,6 +228,14 @@ impl Node {
         })
     }
 
+    /// Resolves when a storage shard has failed (a full disk, an I/O error): the node can no
+    /// longer store anything and must stop; a restart recovers from what is durable.
+    pub async fn storage_failed(&self) -> StorageFailed {
+        let failures = self.shards.iter().map(|shard| Box::pin(shard.failed()));
+        let (err, _, _) = futures::future::select_all(failures).await;
+        StorageFailed(err.to_string())
+    }
+
     /// Stops accepting, lets in-flight requests finish, stops every group and flushes.
     pub async fn shutdown(self) -> anyhow::Result<()> {
         // Stop accepting, end reader streams (they never end by themselves), let in-flight
@@ -248,7 +256,23 @@ impl Node {
     }
 }
 
-/// `tributary serve`: runs a node until SIGTERM or SIGINT, then shuts down cleanly.
+/// The node stopped because its storage failed; the process exits with
+/// [`StorageFailed::EXIT_CODE`] so a supervisor (Kubernetes, systemd) restarts it.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "storage failed: {0}. The node stopped without acknowledging anything it had not stored; \
+     free space or fix the disk, then start it again: it recovers from what is on disk"
+)]
+pub struct StorageFailed(pub String);
+
+impl StorageFailed {
+    /// EX_IOERR of sysexits.h.
+    pub const EXIT_CODE: u8 = 74;
+}
+
+/// `tributary serve`: runs a node until SIGTERM or SIGINT, then shuts down cleanly. When its
+/// storage fails it stops at once with [`StorageFailed`] (fail-stop, as a Kafka broker whose
+/// log directory failed): its replicas' peers carry on, and a restart replays the durable log.
 pub async fn serve_until_signal(args: config::ServeArgs) -> anyhow::Result<()> {
     let config = args.resolve()?;
     init_logging(config.log_json);
@@ -258,6 +282,10 @@ pub async fn serve_until_signal(args: config::ServeArgs) -> anyhow::Result<()> {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, shutting down"),
         _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
+        failed = node.storage_failed() => {
+            tracing::error!("{failed}");
+            return Err(failed.into());
+        }
     }
     node.shutdown().await
 }

@@ -45,6 +45,10 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err:#}");
+            if err.downcast_ref::<tributary::StorageFailed>().is_some() {
+                // Exit at once: the runtime's tasks may wait on storage that never answers.
+                std::process::exit(i32::from(tributary::StorageFailed::EXIT_CODE));
+            }
             std::process::ExitCode::FAILURE
         }
     }

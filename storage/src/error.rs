@@ -9,6 +9,9 @@ pub enum StorageError {
     Closed,
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// A commit failed earlier; the shard refuses writes until the node restarts.
+    #[error("the storage shard failed ({0}) and refuses writes until the node restarts")]
+    Failed(String),
 }
 
 impl StorageError {

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use redb::{Database, ReadableDatabase, WriteTransaction};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tributary_types::GroupId;
 
 use crate::error::StorageError;
@@ -59,11 +59,17 @@ struct Counters {
 }
 
 /// One redb database and its single writer thread. Cheap to clone.
+///
+/// A failed commit (a full disk, an I/O error) fails the shard for good: redb must be closed
+/// and re-opened after one, and the Raft groups whose writes failed cannot go on either. The
+/// shard then refuses every write with [`StorageError::Failed`] and [`Shard::failed`]
+/// resolves, so the node can stop and be restarted from what is durable (fail-stop).
 #[derive(Clone)]
 pub struct Shard {
     db: Arc<Database>,
     tx: mpsc::Sender<Write>,
     counters: Arc<Counters>,
+    failure: Arc<watch::Sender<Option<StorageError>>>,
     path: Arc<PathBuf>,
     writer: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
@@ -82,6 +88,23 @@ impl Shard {
             .set_cache_size(config.cache_bytes)
             .create(path)
             .map_err(|e| StorageError::Io(format!("cannot open {}: {e}", path.display())))?;
+        Self::start(db, path, config)
+    }
+
+    /// As [`Shard::open`], on any redb storage backend (tests inject failing ones).
+    pub fn open_with_backend(
+        backend: impl redb::StorageBackend,
+        name: &Path,
+        config: ShardConfig,
+    ) -> Result<Shard, StorageError> {
+        let db = Database::builder()
+            .set_cache_size(config.cache_bytes)
+            .create_with_backend(backend)
+            .map_err(|e| StorageError::Io(format!("cannot open {}: {e}", name.display())))?;
+        Self::start(db, name, config)
+    }
+
+    fn start(db: Database, path: &Path, config: ShardConfig) -> Result<Shard, StorageError> {
         let db = Arc::new(db);
         {
             // Create every table up front so readers never see a missing table.
@@ -100,19 +123,38 @@ impl Shard {
             fsyncs: AtomicU64::new(0),
             writes: AtomicU64::new(0),
         });
+        let failure = Arc::new(watch::channel(None).0);
         let writer_db = db.clone();
         let writer_counters = counters.clone();
+        let writer_failure = failure.clone();
         let writer = std::thread::Builder::new()
             .name("storage-writer".to_string())
-            .spawn(move || writer_loop(writer_db, rx, config, writer_counters))
+            .spawn(move || writer_loop(writer_db, rx, config, writer_counters, writer_failure))
             .map_err(StorageError::io)?;
         Ok(Shard {
             db,
             tx,
             counters,
+            failure,
             path: Arc::new(path.to_path_buf()),
             writer: Arc::new(std::sync::Mutex::new(Some(writer))),
         })
+    }
+
+    /// Resolves with the first failed commit's error once the shard has failed (see
+    /// [`Shard`]); pending forever while it works.
+    pub async fn failed(&self) -> StorageError {
+        let mut rx = self.failure.subscribe();
+        match rx.wait_for(Option::is_some).await {
+            Ok(failure) => failure.clone().expect("waited for a failure"),
+            // The sender lives as long as this shard: unreachable, but never a false alarm.
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// The failure, if the shard has failed.
+    pub fn failure(&self) -> Option<StorageError> {
+        self.failure.borrow().clone()
     }
 
     /// Closes the database once every other handle is gone: waits (up to `timeout`) for
@@ -380,6 +422,7 @@ fn writer_loop(
     mut rx: mpsc::Receiver<Write>,
     config: ShardConfig,
     counters: Arc<Counters>,
+    failure: Arc<watch::Sender<Option<StorageError>>>,
 ) {
     let mut batch: Vec<Write> = Vec::with_capacity(config.batch_writes_max);
     while let Some(first) = rx.blocking_recv() {
@@ -399,7 +442,21 @@ fn writer_loop(
             }
         }
         let durable = batch.iter().any(|w| w.durability == Durability::Immediate);
-        let result = commit_batch(&db, &batch, durable);
+        let failed_before = failure.borrow().clone();
+        let result = match failed_before {
+            Some(err) => Err(StorageError::Failed(err.to_string())),
+            None => commit_batch(&db, &batch, durable),
+        };
+        if let Err(err) = &result
+            && failure.borrow().is_none()
+        {
+            tracing::error!(
+                %err,
+                "a storage commit failed: this shard refuses every further write; the node \
+                 must restart to recover from what is durable"
+            );
+            failure.send_replace(Some(err.clone()));
+        }
         counters.commits.fetch_add(1, Ordering::Relaxed);
         counters
             .writes
@@ -408,9 +465,6 @@ fn writer_loop(
         if durable && result.is_ok() {
             counters.fsyncs.fetch_add(1, Ordering::Relaxed);
             metrics::counter!("tributary_storage_fsyncs_total").increment(1);
-        }
-        if let Err(err) = &result {
-            tracing::error!(%err, writes = batch.len(), "storage commit failed");
         }
         for write in batch.drain(..) {
             (write.done)(result.clone());
@@ -568,6 +622,94 @@ mod tests {
 
     fn open(dir: &tempfile::TempDir) -> Shard {
         Shard::open(&dir.path().join("s.redb"), ShardConfig::default()).unwrap()
+    }
+
+    /// An in-memory disk that can be made full: every write and sync then fails with ENOSPC.
+    #[derive(Debug, Default)]
+    struct FillableDisk {
+        inner: redb::backends::InMemoryBackend,
+        full: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl FillableDisk {
+        fn check(&self) -> Result<(), std::io::Error> {
+            if self.full.load(Ordering::SeqCst) {
+                Err(std::io::Error::from_raw_os_error(28))
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    impl redb::StorageBackend for FillableDisk {
+        fn len(&self) -> Result<u64, std::io::Error> {
+            self.inner.len()
+        }
+        fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+            self.inner.read(offset, out)
+        }
+        fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+            self.check()?;
+            self.inner.set_len(len)
+        }
+        fn sync_data(&self) -> Result<(), std::io::Error> {
+            self.check()?;
+            self.inner.sync_data()
+        }
+        fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+            self.check()?;
+            self.inner.write(offset, data)
+        }
+    }
+
+    /// Found by the nemesis suite's full disk: after one failed commit redb refuses every
+    /// transaction ("Previous I/O error occurred"), and the node's groups went on failing
+    /// while the node looked alive. The shard must fail for good, say so, and refuse writes
+    /// with an error naming the cause, so the node stops and restarts.
+    #[tokio::test]
+    async fn a_failed_commit_fails_the_shard_for_good() {
+        let disk = FillableDisk::default();
+        let full = disk.full.clone();
+        let shard =
+            Shard::open_with_backend(disk, Path::new("memory"), ShardConfig::default()).unwrap();
+        shard
+            .write(vec![put(0, 1)], Durability::Immediate)
+            .await
+            .unwrap();
+        assert!(shard.failure().is_none());
+        full.store(true, Ordering::SeqCst);
+        let err = shard
+            .write(vec![put(0, 2)], Durability::Immediate)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StorageError::Io(_)), "{err}");
+        let failed = tokio::time::timeout(std::time::Duration::from_secs(5), shard.failed())
+            .await
+            .expect("the shard reports its failure");
+        assert!(failed.to_string().contains("os error 28"), "{failed}");
+        // Space is back, but the shard stays failed until the node restarts.
+        full.store(false, Ordering::SeqCst);
+        let again = shard
+            .write(vec![put(0, 3)], Durability::Immediate)
+            .await
+            .unwrap_err();
+        assert!(matches!(again, StorageError::Failed(_)), "{again}");
+        assert!(again.to_string().contains("os error 28"), "{again}");
+        assert_eq!(shard.log_entry(group(0), 1).unwrap().unwrap(), "entry 0/1");
+        assert_eq!(shard.log_entry(group(0), 3).unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_working_shard_never_reports_a_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = open(&dir);
+        shard
+            .write(vec![put(0, 1)], Durability::Immediate)
+            .await
+            .unwrap();
+        let waited =
+            tokio::time::timeout(std::time::Duration::from_millis(50), shard.failed()).await;
+        assert!(waited.is_err());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@ use rand::seq::SliceRandom as _;
 use tokio::time::Instant;
 use tributary_client::Client;
 
-use crate::containers::{ContainerCluster, NodeState};
+use crate::containers::{ContainerCluster, NodeState, STORAGE_FAILED_EXIT_CODE};
 
 /// Every fault the suite can inject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum)]
@@ -175,12 +175,13 @@ pub async fn inject(
                 1
             };
             let slowed: Vec<usize> = nodes.into_iter().take(count).collect();
+            let mut shaping = String::new();
             for &i in &slowed {
-                cluster.slow(i, SLOW_DELAY, SLOW_JITTER).await?;
+                shaping = cluster.slow(i, SLOW_DELAY, SLOW_JITTER).await?;
             }
             Ok(Injected {
                 description: format!(
-                    "packets from nodes {} delayed {SLOW_DELAY:?} ± {SLOW_JITTER:?}",
+                    "packets from nodes {} slowed ({shaping})",
                     ids(cluster, &slowed)
                 ),
                 undo: Undo::Unslow(slowed),
@@ -335,7 +336,22 @@ pub async fn undo(cluster: &mut ContainerCluster, undo: &Undo) -> anyhow::Result
                 cluster.unslow(i).await?;
             }
         }
-        Undo::FreeDisk(i) => cluster.free_disk(*i)?,
+        Undo::FreeDisk(i) => {
+            cluster.free_disk(*i)?;
+            // A node whose storage failed stops itself (fail-stop) and is started again by its
+            // supervisor once there is space: this harness plays the supervisor.
+            if cluster.state(*i) == NodeState::Running
+                && cluster.exit_code(*i).await == Some(STORAGE_FAILED_EXIT_CODE)
+            {
+                eprintln!(
+                    "         node {} had stopped itself when its disk filled (storage failed); \
+                     starting it again",
+                    cluster.node_id(*i)
+                );
+                cluster.kill(*i).await?;
+                cluster.start_node(*i).await?;
+            }
+        }
         Undo::Nothing => {}
     }
     Ok(())

@@ -176,9 +176,9 @@ pub struct History {
     pub checkpoints: Vec<CheckpointSample>,
     pub management: Vec<ManagementRecord>,
     /// Hubs and consumer groups (of the workload's hub) that exist at the end, among the
-    /// names the management workload used.
-    pub final_hubs: BTreeSet<String>,
-    pub final_groups: BTreeSet<String>,
+    /// names the management workload used; `None` when they could not be listed.
+    pub final_hubs: Option<BTreeSet<String>>,
+    pub final_groups: Option<BTreeSet<String>>,
     pub faults: Vec<FaultRecord>,
     pub finals: Vec<FinalPartition>,
 }

@@ -35,8 +35,11 @@ use workload::{
 
 /// The workload's hub.
 pub const HUB: &str = "nemesis";
-/// Longest a previous processor may go on after the next owner started.
-pub const HANDOFF_MAX: Duration = Duration::from_secs(3);
+/// Longest a previous processor may go on after the next owner started: a displaced owner
+/// learns it at its next round, but one cut off from the checkpoint store only stops when
+/// its ownership could expire (its last renewal plus the expiration), plus the batch in hand.
+pub const HANDOFF_MAX: Duration =
+    Duration::from_millis(workload::PROCESSOR_EXPIRATION.as_millis() as u64 + 1000);
 /// Longest from a fault's heal to full availability.
 pub const RECOVERY_MAX: Duration = Duration::from_secs(45);
 /// How long the producers get to finish the batches they are retrying at the end.
@@ -176,6 +179,9 @@ pub async fn run(config: RunConfig) -> anyhow::Result<RunReport> {
         .collect();
     workload.stop_readers(&ends, Duration::from_secs(30)).await;
     let (final_hubs, final_groups) = managed_names(&cluster).await;
+    if final_hubs.is_none() || final_groups.is_none() {
+        incidents.push("the hubs and consumer groups could not be listed at the end".into());
+    }
     for (node, status) in cluster.crashed().await {
         incidents.push(format!("node {node} exited by itself ({status})"));
     }
@@ -506,29 +512,48 @@ async fn replica_digests(cluster: &ContainerCluster, hub: &str, partition: &str)
     digests
 }
 
-/// The managed hubs and consumer groups that exist now.
-async fn managed_names(
-    cluster: &ContainerCluster,
-) -> (
-    std::collections::BTreeSet<String>,
-    std::collections::BTreeSet<String>,
-) {
-    let mut hubs = std::collections::BTreeSet::new();
-    let mut groups = std::collections::BTreeSet::new();
-    if let Ok(client) = Client::connect(&cluster.endpoint(0)).await {
-        if let Ok(list) = client.list_event_hubs().await {
-            hubs = list
-                .into_iter()
-                .map(|h| h.name)
-                .filter(|n| n.starts_with(MANAGED_HUB_PREFIX))
-                .collect();
+type NameSet = std::collections::BTreeSet<String>;
+
+/// The managed hubs and consumer groups that exist now, through any node that answers
+/// (tried for a while); `None` for a listing no node gave.
+async fn managed_names(cluster: &ContainerCluster) -> (Option<NameSet>, Option<NameSet>) {
+    let mut hubs = None;
+    let mut groups = None;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (hubs.is_none() || groups.is_none()) && Instant::now() < deadline {
+        for i in 0..cluster.len() {
+            let Ok(client) = Client::connect(&cluster.endpoint(i)).await else {
+                continue;
+            };
+            if hubs.is_none()
+                && let Ok(Ok(list)) =
+                    tokio::time::timeout(Duration::from_secs(10), client.list_event_hubs()).await
+            {
+                hubs = Some(
+                    list.into_iter()
+                        .map(|h| h.name)
+                        .filter(|n| n.starts_with(MANAGED_HUB_PREFIX))
+                        .collect(),
+                );
+            }
+            if groups.is_none()
+                && let Ok(Ok(list)) =
+                    tokio::time::timeout(Duration::from_secs(10), client.list_consumer_groups(HUB))
+                        .await
+            {
+                groups = Some(
+                    list.into_iter()
+                        .map(|g| g.name)
+                        .filter(|n| n.starts_with(MANAGED_GROUP_PREFIX))
+                        .collect(),
+                );
+            }
+            if hubs.is_some() && groups.is_some() {
+                break;
+            }
         }
-        if let Ok(list) = client.list_consumer_groups(HUB).await {
-            groups = list
-                .into_iter()
-                .map(|g| g.name)
-                .filter(|n| n.starts_with(MANAGED_GROUP_PREFIX))
-                .collect();
+        if hubs.is_none() || groups.is_none() {
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
     (hubs, groups)

@@ -62,13 +62,13 @@ pub fn summary_table(reports: &[RunReport]) -> String {
         "fault kind", "faults", "max unavailability after heal"
     );
     for (kind, (count, max_ms)) in &recovery {
-        let _ = writeln!(
-            out,
-            "{:<12} {:>7} {:>26.1} s",
-            kind,
-            count,
-            *max_ms as f64 / 1000.0
-        );
+        // u64::MAX: some fault of this kind was never followed by full availability.
+        let max = if *max_ms == u64::MAX {
+            "never".to_owned()
+        } else {
+            format!("{:.1} s", *max_ms as f64 / 1000.0)
+        };
+        let _ = writeln!(out, "{kind:<12} {count:>7} {max:>28}");
     }
     out
 }

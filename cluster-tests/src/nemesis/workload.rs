@@ -429,8 +429,13 @@ impl BatchSender {
                             offsets,
                         };
                     });
-                    if let Ok(p) = self.partition.parse::<usize>() {
-                        self.acked[p].fetch_add(u64::from(count), Ordering::Relaxed);
+                    if let Some(acked) = self
+                        .partition
+                        .parse::<usize>()
+                        .ok()
+                        .and_then(|p| self.acked.get(p))
+                    {
+                        acked.fetch_add(u64::from(count), Ordering::Relaxed);
                     }
                     return true;
                 }

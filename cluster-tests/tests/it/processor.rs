@@ -58,8 +58,10 @@ impl EventHandler for Recorder {
         let started = Instant::now();
         if let Some(last) = events.last()
             && let Err(err) = context.checkpoint(last).await
+            && !matches!(err, tributary_client::ClientError::Transport { .. })
         {
-            // Refused only when another instance has claimed the partition meanwhile.
+            // Refused only when another instance has claimed the partition meanwhile (or
+            // when a test cut the store off).
             assert_eq!(
                 err.reason(),
                 Some(tributary_client::ErrorReason::NotOwner),
@@ -635,4 +637,172 @@ async fn a_killed_processors_partitions_resume_at_their_checkpoints() {
         "{duplicates} events processed twice, all after the killed processor's last checkpoint"
     );
     drop(survivor);
+}
+
+/// A checkpoint store that can be cut off: every call then fails as an unreachable
+/// controller would make it fail.
+struct SeveredStore {
+    inner: tributary_client::ClusterCheckpointStore,
+    cut: std::sync::atomic::AtomicBool,
+}
+
+impl SeveredStore {
+    fn check(&self) -> Result<(), tributary_client::ClientError> {
+        if self.cut.load(std::sync::atomic::Ordering::SeqCst) {
+            Err(tributary_client::ClientError::Transport {
+                endpoint: "checkpoint store".into(),
+                message: "cut off by the test".into(),
+            })
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl CheckpointStore for SeveredStore {
+    async fn list_ownership(
+        &self,
+        event_hub: &str,
+        consumer_group: &str,
+    ) -> Result<Vec<tributary_client::checkpoints::Ownership>, tributary_client::ClientError> {
+        self.check()?;
+        self.inner.list_ownership(event_hub, consumer_group).await
+    }
+
+    async fn claim_ownership(
+        &self,
+        event_hub: &str,
+        consumer_group: &str,
+        claims: Vec<tributary_client::checkpoints::Claim>,
+    ) -> Result<Vec<tributary_client::checkpoints::Ownership>, tributary_client::ClientError> {
+        self.check()?;
+        self.inner
+            .claim_ownership(event_hub, consumer_group, claims)
+            .await
+    }
+
+    async fn update_checkpoint(
+        &self,
+        event_hub: &str,
+        consumer_group: &str,
+        partition_id: &str,
+        offset: i64,
+        sequence_number: i64,
+        owner_id: Option<&str>,
+    ) -> Result<tributary_client::checkpoints::Checkpoint, tributary_client::ClientError> {
+        self.check()?;
+        self.inner
+            .update_checkpoint(
+                event_hub,
+                consumer_group,
+                partition_id,
+                offset,
+                sequence_number,
+                owner_id,
+            )
+            .await
+    }
+
+    async fn list_checkpoints(
+        &self,
+        event_hub: &str,
+        consumer_group: &str,
+    ) -> Result<
+        BTreeMap<String, tributary_client::checkpoints::Checkpoint>,
+        tributary_client::ClientError,
+    > {
+        self.check()?;
+        self.inner.list_checkpoints(event_hub, consumer_group).await
+    }
+}
+
+/// Found by the nemesis suite: a processor whose load-balancing rounds failed (its store
+/// calls timed out under a network fault) kept processing its partitions long after its
+/// ownership expired and another instance had claimed them, and later checkpointed them
+/// back. Now a processor hands no batch to its handler once its ownership could have
+/// expired without a renewal, even though its reader still delivers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_processor_cut_off_from_the_store_stops_when_its_ownership_could_expire() {
+    const CUT_HUB: &str = "cut-off";
+    const CUT_PARTITIONS: u32 = 2;
+    let dir = TestDir::new("processor-cut-off");
+    let node = NodeProcess::start(dir.path()).await;
+    let client = Client::connect(&node.endpoint()).await.unwrap();
+    client
+        .create_event_hub(CUT_HUB, CUT_PARTITIONS, None)
+        .await
+        .unwrap();
+    client.create_consumer_group(CUT_HUB, GROUP).await.unwrap();
+    let (stop_producing, producing) = tokio::sync::watch::channel(false);
+    let producer = produce(client.clone(), CUT_HUB, CUT_PARTITIONS, producing);
+    let store = Arc::new(SeveredStore {
+        inner: client.checkpoint_store(),
+        cut: false.into(),
+    });
+    let history = Arc::new(Mutex::new(History::default()));
+    let handler = Arc::new(Recorder {
+        name: "cut-off".into(),
+        history: history.clone(),
+    });
+    let processor = EventProcessor::new(&client, CUT_HUB, GROUP, handler, options("cut-off"))
+        .with_store(store.clone())
+        .start()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    while processor.owned_partitions().len() < CUT_PARTITIONS as usize
+        || history.lock().unwrap().calls.len() < 10
+    {
+        assert!(
+            started.elapsed() < STEP_TIMEOUT,
+            "the processor never got to work"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The last renewal started before this moment, so the ownership may expire EXPIRATION
+    // after it at the latest.
+    store.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+    let cut_at = Instant::now();
+    let deadline = cut_at + EXPIRATION;
+    let mut owned = processor.watch_owned();
+    tokio::time::timeout(EXPIRATION + ROUND_SLACK, owned.wait_for(BTreeSet::is_empty))
+        .await
+        .expect("the processor still claims partitions after its ownership could expire")
+        .unwrap();
+    // Events keep arriving for a while: none of them reaches the handler.
+    tokio::time::sleep(INTERVAL * 2).await;
+    {
+        let history = history.lock().unwrap();
+        let late: Vec<&Call> = history
+            .calls
+            .iter()
+            .filter(|c| c.started >= deadline)
+            .collect();
+        assert!(
+            late.is_empty(),
+            "{} batches were processed after the ownership could have expired (first: {:?})",
+            late.len(),
+            late.first()
+        );
+        let processed_after_cut = history.calls.iter().filter(|c| c.started >= cut_at).count();
+        assert!(
+            processed_after_cut > 0,
+            "the processor stopped at once: the test shows nothing about the lease"
+        );
+        let closed: Vec<_> = history
+            .closed
+            .iter()
+            .filter(|(_, _, reason, _)| *reason == CloseReason::OwnershipLost)
+            .collect();
+        assert_eq!(
+            closed.len(),
+            CUT_PARTITIONS as usize,
+            "{:?}",
+            history.closed
+        );
+    }
+    stop_producing.send_replace(true);
+    producer.await.unwrap();
+    drop(processor);
 }
