@@ -158,12 +158,7 @@ async fn main() -> ExitCode {
                     "nemesis: the run with seed {} ({}) was expected to be caught by the checker, \
                      but it found nothing",
                     report.seed,
-                    report
-                        .nemeses
-                        .iter()
-                        .map(|k| k.name())
-                        .collect::<Vec<_>>()
-                        .join(",")
+                    report.nemesis_names()
                 );
                 ok = false;
             } else {

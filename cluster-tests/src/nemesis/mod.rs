@@ -110,6 +110,12 @@ pub struct RunReport {
 }
 
 impl RunReport {
+    /// The run's nemeses, comma-separated.
+    pub fn nemesis_names(&self) -> String {
+        let names: Vec<&str> = self.nemeses.iter().map(|k| k.name()).collect();
+        names.join(",")
+    }
+
     /// No checker violation and no node that died by itself.
     pub fn passed(&self) -> bool {
         self.check.is_valid() && self.incidents.is_empty()

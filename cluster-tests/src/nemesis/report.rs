@@ -28,14 +28,13 @@ pub fn summary_table(reports: &[RunReport]) -> String {
     let mut recovery: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     for (i, report) in reports.iter().enumerate() {
         let check = &report.check;
-        let nemeses: Vec<&str> = report.nemeses.iter().map(|k| k.name()).collect();
         let faults: u64 = check.faults.values().sum();
         let _ = writeln!(
             out,
             "{:<4} {:>20} {:<28} {:>7.0} {:>6} {:>8} {:>8} {:>5} {:>5} {:>9} {:>10} {:>9}  {}",
             i + 1,
             report.seed,
-            truncate(&nemeses.join(","), 28),
+            truncate(&report.nemesis_names(), 28),
             report.elapsed.as_secs_f64(),
             faults,
             check.acked_events,
@@ -80,12 +79,7 @@ pub fn failure_details(report: &RunReport) -> String {
         out,
         "run with seed {} ({}), files in {}:",
         report.seed,
-        report
-            .nemeses
-            .iter()
-            .map(|k| k.name())
-            .collect::<Vec<_>>()
-            .join(","),
+        report.nemesis_names(),
         report.run_dir.display()
     );
     for incident in &report.incidents {

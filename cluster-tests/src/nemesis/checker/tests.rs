@@ -263,29 +263,31 @@ fn an_event_nobody_sent_is_a_phantom() {
     assert_eq!(kinds, [ViolationKind::Phantom]);
 }
 
+/// Batch 1 (event 0/2) stored before batch 0 (events 0/0, 0/1), as the acknowledgements
+/// said; what everyone read follows.
+fn store_second_batch_first(h: &mut History) {
+    let order = [id(0, 2), id(0, 0), id(0, 1), id(0, 3), id(0, 4), id(0, 5)];
+    h.finals[0].events = order
+        .iter()
+        .enumerate()
+        .map(|(s, i)| event(s as i64, *i))
+        .collect();
+    h.sends[0].outcome = SendOutcome::Acked {
+        first_sequence: 1,
+        offsets: vec![100, 200],
+    };
+    h.sends[1].outcome = SendOutcome::Acked {
+        first_sequence: 0,
+        offsets: vec![0],
+    };
+    h.readers[0].events = h.finals[0].events.clone();
+    h.processor_calls[0].events = h.finals[0].events[..3].to_vec();
+    h.processor_calls[1].events = h.finals[0].events[2..].to_vec();
+}
+
 #[test]
 fn acknowledged_batches_stored_out_of_order_are_reordered() {
-    let (report, kinds) = violations_after(|h| {
-        // Batch 1 (event 0/2) is stored before batch 0 (events 0/0, 0/1), and the
-        // acknowledgements said so.
-        let order = [id(0, 2), id(0, 0), id(0, 1), id(0, 3), id(0, 4), id(0, 5)];
-        h.finals[0].events = order
-            .iter()
-            .enumerate()
-            .map(|(s, i)| event(s as i64, *i))
-            .collect();
-        h.sends[0].outcome = SendOutcome::Acked {
-            first_sequence: 1,
-            offsets: vec![100, 200],
-        };
-        h.sends[1].outcome = SendOutcome::Acked {
-            first_sequence: 0,
-            offsets: vec![0],
-        };
-        h.readers[0].events = h.finals[0].events.clone();
-        h.processor_calls[0].events = h.finals[0].events[..3].to_vec();
-        h.processor_calls[1].events = h.finals[0].events[2..].to_vec();
-    });
+    let (report, kinds) = violations_after(store_second_batch_first);
     assert_eq!(kinds, [ViolationKind::Reordered]);
     assert_eq!(report.reordered, 1);
 }
@@ -293,25 +295,9 @@ fn acknowledged_batches_stored_out_of_order_are_reordered() {
 #[test]
 fn batches_in_flight_together_may_land_in_either_order() {
     let (report, kinds) = violations_after(|h| {
-        let order = [id(0, 2), id(0, 0), id(0, 1), id(0, 3), id(0, 4), id(0, 5)];
-        h.finals[0].events = order
-            .iter()
-            .enumerate()
-            .map(|(s, i)| event(s as i64, *i))
-            .collect();
-        h.sends[0].outcome = SendOutcome::Acked {
-            first_sequence: 1,
-            offsets: vec![100, 200],
-        };
-        // Sent before batch 0 was acknowledged.
+        store_second_batch_first(h);
+        // Batch 1 was sent before batch 0 was acknowledged.
         h.sends[1].invoked_ms = 40;
-        h.sends[1].outcome = SendOutcome::Acked {
-            first_sequence: 0,
-            offsets: vec![0],
-        };
-        h.readers[0].events = h.finals[0].events.clone();
-        h.processor_calls[0].events = h.finals[0].events[..3].to_vec();
-        h.processor_calls[1].events = h.finals[0].events[2..].to_vec();
     });
     assert!(kinds.is_empty(), "{}", report.render(20));
 }
