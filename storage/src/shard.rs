@@ -152,11 +152,6 @@ impl Shard {
         }
     }
 
-    /// The failure, if the shard has failed.
-    pub fn failure(&self) -> Option<StorageError> {
-        self.failure.borrow().clone()
-    }
-
     /// Closes the database once every other handle is gone: waits (up to `timeout`) for
     /// other clones to drop, lets the writer finish queued writes, and releases the file.
     pub async fn close(self, timeout: std::time::Duration) -> Result<(), StorageError> {
@@ -676,7 +671,6 @@ mod tests {
             .write(vec![put(0, 1)], Durability::Immediate)
             .await
             .unwrap();
-        assert!(shard.failure().is_none());
         full.store(true, Ordering::SeqCst);
         let err = shard
             .write(vec![put(0, 2)], Durability::Immediate)

@@ -290,18 +290,15 @@ fn check_final_partitions(
     stored
 }
 
-/// An acknowledged batch: when it was sent, where its first event is stored, the send.
-type AckedBatch<'a> = (Millis, i64, &'a SendRecord);
-
 /// Every send against where its events are stored.
 fn check_sends(
     history: &History,
     stored: &HashMap<EventId, Vec<Stored>>,
     report: &mut CheckReport,
 ) {
-    // Acknowledged batches per (producer, partition) in the order they were sent, with
-    // where each batch's first event is stored.
-    let mut acked_order: BTreeMap<(u32, &str), Vec<AckedBatch>> = BTreeMap::new();
+    // Acknowledged batches per (producer, partition), with where each batch's first event
+    // is stored.
+    let mut acked_order: BTreeMap<(u32, &str), Vec<(i64, &SendRecord)>> = BTreeMap::new();
     for send in &history.sends {
         let places: Vec<Option<&Stored>> = send
             .events
@@ -372,7 +369,7 @@ fn check_sends(
                     acked_order
                         .entry((send.producer, send.partition.as_str()))
                         .or_default()
-                        .push((send.invoked_ms, first.sequence, send));
+                        .push((first.sequence, send));
                 }
             }
             SendOutcome::Indeterminate { .. } => {
@@ -382,10 +379,10 @@ fn check_sends(
         }
     }
     for ((producer, partition), mut batches) in acked_order {
-        batches.sort_by_key(|(invoked_ms, _, _)| *invoked_ms);
+        batches.sort_by_key(|(_, send)| send.invoked_ms);
         for pair in batches.windows(2) {
-            let (_, earlier_sequence, earlier) = pair[0];
-            let (_, later_sequence, later) = pair[1];
+            let (earlier_sequence, earlier) = pair[0];
+            let (later_sequence, later) = pair[1];
             // Only batches sent one after the other: the later one started after the
             // earlier one's acknowledgement.
             let sequential = earlier
@@ -449,6 +446,20 @@ fn final_at(events: &[Delivered], sequence: i64) -> Option<&Delivered> {
     events.get(index).filter(|e| e.sequence == sequence)
 }
 
+/// How `delivered` differs from the final partition's event at its sequence number, if it
+/// does: "saw X as sequence N; the partition holds Y".
+fn differs_from_final(events: &[Delivered], delivered: &Delivered) -> Option<String> {
+    let stored = final_at(events, delivered.sequence);
+    (stored != Some(delivered)).then(|| {
+        format!(
+            "saw {} as sequence {}; the partition holds {}",
+            describe(Some(delivered)),
+            delivered.sequence,
+            describe(stored)
+        )
+    })
+}
+
 fn describe(event: Option<&Delivered>) -> String {
     match event {
         Some(e) => format!(
@@ -483,17 +494,12 @@ fn check_readers(
                     ),
                 );
             }
-            let stored = final_at(events, delivered.sequence);
-            if stored != Some(delivered) {
+            if let Some(difference) = differs_from_final(events, delivered) {
                 report.violation(
                     ViolationKind::ReaderDivergence,
                     format!(
-                        "reader {} of partition {} saw {} as sequence {}; the partition holds {}",
-                        reader.reader,
-                        reader.partition,
-                        describe(Some(delivered)),
-                        delivered.sequence,
-                        describe(stored)
+                        "reader {} of partition {} {difference}",
+                        reader.reader, reader.partition
                     ),
                 );
             }
@@ -553,17 +559,12 @@ fn check_processors(
                 );
             }
             *last = delivered.sequence;
-            let stored = final_at(events, delivered.sequence);
-            if stored != Some(delivered) {
+            if let Some(difference) = differs_from_final(events, delivered) {
                 report.violation(
                     ViolationKind::ProcessorDivergence,
                     format!(
-                        "{} of partition {} processed {} as sequence {}; the partition holds {}",
-                        call.processor,
-                        call.partition,
-                        describe(Some(delivered)),
-                        delivered.sequence,
-                        describe(stored)
+                        "{} of partition {} {difference}",
+                        call.processor, call.partition
                     ),
                 );
             }

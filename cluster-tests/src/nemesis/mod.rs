@@ -39,7 +39,7 @@ pub const HUB: &str = "nemesis";
 /// learns it at its next round, but one cut off from the checkpoint store only stops when
 /// its ownership could expire (its last renewal plus the expiration), plus the batch in hand.
 pub const HANDOFF_MAX: Duration =
-    Duration::from_millis(workload::PROCESSOR_EXPIRATION.as_millis() as u64 + 1000);
+    workload::PROCESSOR_EXPIRATION.saturating_add(Duration::from_secs(1));
 /// Longest from a fault's heal to full availability.
 pub const RECOVERY_MAX: Duration = Duration::from_secs(45);
 /// How long the producers get to finish the batches they are retrying at the end.

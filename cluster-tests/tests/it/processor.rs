@@ -159,6 +159,19 @@ async fn wait_for_split(processors: &[&RunningProcessor], sizes: &[usize], what:
     }
 }
 
+/// A one-node cluster with `hub` of `partitions` partitions and the processors' group.
+async fn node_with_hub(dir: &str, hub: &str, partitions: u32) -> (TestDir, NodeProcess, Client) {
+    let dir = TestDir::new(dir);
+    let node = NodeProcess::start(dir.path()).await;
+    let client = Client::connect(&node.endpoint()).await.unwrap();
+    client
+        .create_event_hub(hub, partitions, None)
+        .await
+        .unwrap();
+    client.create_consumer_group(hub, GROUP).await.unwrap();
+    (dir, node, client)
+}
+
 /// Sends one event to each partition in turn until stopped; returns the acknowledged
 /// sequence numbers per partition.
 pub(crate) fn produce(
@@ -250,14 +263,7 @@ pub(crate) fn check_order(calls: &[Call]) {
 /// Items 1, 3 and 7 (first two parts) of the consumer-group issue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn processors_settle_evenly_stay_put_and_hand_over_without_overlap() {
-    let dir = TestDir::new("processors");
-    let node = NodeProcess::start(dir.path()).await;
-    let client = Client::connect(&node.endpoint()).await.unwrap();
-    client
-        .create_event_hub(HUB, PARTITIONS, None)
-        .await
-        .unwrap();
-    client.create_consumer_group(HUB, GROUP).await.unwrap();
+    let (_dir, _node, client) = node_with_hub("processors", HUB, PARTITIONS).await;
     let (stop_producing, producing) = tokio::sync::watch::channel(false);
     let producer = produce(client.clone(), HUB, PARTITIONS, producing);
 
@@ -498,14 +504,7 @@ fn spawn_process(endpoint: &str, hub: &str, id: &str) -> ProcessInstance {
 async fn a_killed_processors_partitions_resume_at_their_checkpoints() {
     const KILL_HUB: &str = "killed";
     const KILL_PARTITIONS: u32 = 8;
-    let dir = TestDir::new("processor-kill");
-    let node = NodeProcess::start(dir.path()).await;
-    let client = Client::connect(&node.endpoint()).await.unwrap();
-    client
-        .create_event_hub(KILL_HUB, KILL_PARTITIONS, None)
-        .await
-        .unwrap();
-    client.create_consumer_group(KILL_HUB, GROUP).await.unwrap();
+    let (_dir, node, client) = node_with_hub("processor-kill", KILL_HUB, KILL_PARTITIONS).await;
     let (stop_producing, producing) = tokio::sync::watch::channel(false);
     let producer = produce(client.clone(), KILL_HUB, KILL_PARTITIONS, producing);
     let mut doomed = spawn_process(&node.endpoint(), KILL_HUB, "doomed");
@@ -726,14 +725,7 @@ impl CheckpointStore for SeveredStore {
 async fn a_processor_cut_off_from_the_store_stops_when_its_ownership_could_expire() {
     const CUT_HUB: &str = "cut-off";
     const CUT_PARTITIONS: u32 = 2;
-    let dir = TestDir::new("processor-cut-off");
-    let node = NodeProcess::start(dir.path()).await;
-    let client = Client::connect(&node.endpoint()).await.unwrap();
-    client
-        .create_event_hub(CUT_HUB, CUT_PARTITIONS, None)
-        .await
-        .unwrap();
-    client.create_consumer_group(CUT_HUB, GROUP).await.unwrap();
+    let (_dir, _node, client) = node_with_hub("processor-cut-off", CUT_HUB, CUT_PARTITIONS).await;
     let (stop_producing, producing) = tokio::sync::watch::channel(false);
     let producer = produce(client.clone(), CUT_HUB, CUT_PARTITIONS, producing);
     let store = Arc::new(SeveredStore {
