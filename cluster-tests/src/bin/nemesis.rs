@@ -43,8 +43,8 @@ struct Args {
     /// The node image.
     #[arg(long, default_value = IMAGE_DEFAULT)]
     image: String,
-    /// The short suite (CI): the nemeses that pass today mixed for 90 s (all but `rolling`
-    /// and `disk`, see SHORT_SUITE_LEFT_OUT), then the deliberately broken image
+    /// The short suite (CI): the nemeses that pass today mixed for 90 s (all but `rolling`,
+    /// see SHORT_SUITE_LEFT_OUT), then the deliberately broken image
     /// (`--broken-image`) under partitions, which the checker must catch.
     #[arg(long)]
     short: bool,
@@ -60,10 +60,10 @@ struct Args {
 }
 
 /// Nemeses the CI short suite does not run yet, and why; `--nemesis` runs them.
-const SHORT_SUITE_LEFT_OUT: [NemesisKind; 2] = [NemesisKind::Rolling, NemesisKind::Disk];
+const SHORT_SUITE_LEFT_OUT: [NemesisKind; 1] = [NemesisKind::Rolling];
 const SHORT_SUITE_LEFT_OUT_WHY: &str = "rolling restarts with replica moves under way hit an \
      open bug (a replica re-created on a node with the same Raft member id: openraft's \
-     log-reversion assertion), and the disk fault's fail-stop has not had its runs yet";
+     log-reversion assertion)";
 
 fn parse_nemeses(names: &[String]) -> Result<Vec<NemesisKind>, String> {
     use clap::ValueEnum as _;
