@@ -277,10 +277,27 @@ pub async fn serve_until_signal(args: config::ServeArgs) -> anyhow::Result<()> {
     let config = args.resolve()?;
     init_logging(config.log_json);
     http::metrics_handle();
-    let node = Node::start(config).await?;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    // The handlers are installed before the node starts: a node answers health checks while
+    // `Node::start` is still finishing, and a SIGTERM sent then must shut it down cleanly
+    // instead of killing it.
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let node = tokio::select! {
+        node = Node::start(config) => node?,
+        // Start can wait for a long time (for the cluster's other members, for a controller
+        // to admit it): a signal then stops it at once. It has acknowledged nothing yet.
+        _ = interrupt.recv() => {
+            tracing::info!("SIGINT received while starting, stopping");
+            return Ok(());
+        }
+        _ = term.recv() => {
+            tracing::info!("SIGTERM received while starting, stopping");
+            return Ok(());
+        }
+    };
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, shutting down"),
+        _ = interrupt.recv() => tracing::info!("SIGINT received, shutting down"),
         _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
         failed = node.storage_failed() => {
             tracing::error!("{failed}");

@@ -19,4 +19,5 @@ mod receive_failover;
 mod rejoin;
 mod replication;
 mod script;
+mod signals;
 mod throughput;
