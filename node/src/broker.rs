@@ -8,7 +8,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use tributary_proto::ErrorReason;
-use tributary_storage::{Durability, Mutation, Shard};
+use tributary_storage::{Durability, MetaKey, Mutation, Shard};
 use tributary_types::{
     Clock, DEFAULT_CONSUMER_GROUP, GroupId, NodeId, PartitionId, partition_for_key,
 };
@@ -16,7 +16,9 @@ use tributary_types::{
 use crate::api::error::ApiError;
 use crate::cluster::ClusterRuntime;
 use crate::controller::state::{ClusterState, Command, HubRecord, NewHub, Reply, hub_not_found};
+use crate::group::GroupStateMachine;
 use crate::partition::{Partition, PartitionError};
+use tributary_raft::{GroupHost, member_incarnation};
 
 /// How long a management call waits for this node's view to show its effect.
 const VIEW_WAIT: Duration = Duration::from_secs(10);
@@ -138,33 +140,79 @@ impl Broker {
         let mut wanted: HashSet<GroupId> = HashSet::new();
         for hub in state.hubs.values() {
             for (p, replicas) in hub.replicas.iter().enumerate() {
+                let index = p as u16;
                 // A replica moving here starts empty and waits for the partition's leader
                 // to add it.
-                let moving_here = state.move_of(hub.id, p as u16).is_some_and(|m| m.to == me);
+                let moving_here = state.move_of(hub.id, index).is_some_and(|m| m.to == me);
                 if !replicas.contains(&me) && !moving_here {
                     continue;
                 }
-                let group = GroupId::new(hub.id, PartitionId(p as u16), 0);
+                let group = GroupId::new(hub.id, PartitionId(index), 0);
                 wanted.insert(group);
-                if self
+                let member =
+                    tributary_raft::member_id(me, hub.member_incarnation(index, me_record));
+                let running = self
                     .partitions
                     .read()
                     .expect("partitions lock")
-                    .contains_key(&group)
-                {
+                    .get(&group)
+                    .map(|partition| partition.member());
+                let stored = match running {
+                    Some(running) => Some(running),
+                    None => {
+                        GroupHost::<GroupStateMachine>::stored_member(&self.shard_for(group), group)
+                            .map_err(|e| PartitionError::Storage(e.to_string()))?
+                    }
+                };
+                use std::cmp::Ordering::{Equal, Less};
+                match stored.map(|s| member_incarnation(s).cmp(&member_incarnation(member))) {
+                    None | Some(Equal) => {}
+                    // An earlier life of this replica (it moved away, or a move here was
+                    // rolled back, and now it is added again as a new member): its copy
+                    // goes, and the new member starts empty.
+                    Some(Less)
+                        if self
+                            .drop_replica(
+                                group,
+                                state.version,
+                                "an earlier life of this replica, now re-added as a new member",
+                            )
+                            .await? => {}
+                    // This view is older than the one the replica was made from (or than
+                    // the one that assigned the earlier life): wait for a newer one.
+                    Some(_) => continue,
+                }
+                if running == Some(member) {
                     continue;
+                }
+                if stored != Some(member) {
+                    // A new replica: remember which view made it, so that no older view
+                    // (a lagging controller replica's, after a restart) ever drops it.
+                    self.shard_for(group)
+                        .write(
+                            vec![Mutation::PutMeta {
+                                group,
+                                key: MetaKey::AssignedAt,
+                                value: state.version.to_be_bytes().to_vec().into(),
+                            }],
+                            Durability::Immediate,
+                        )
+                        .await
+                        .map_err(|e| PartitionError::Storage(e.to_string()))?;
                 }
                 // The preferred leader initializes a new group with every replica. A hub
                 // older than this node's data existed before it: its groups are running
                 // elsewhere and bring this replica in as a new member.
                 let new_group = hub.created_version > me_record.incarnation_version
-                    && !hub.moved.contains(&(p as u16))
+                    && !hub.moved.contains(&index)
                     && !moving_here;
                 let members: BTreeMap<u64, String> = if replicas[0] == me && new_group {
                     replicas
                         .iter()
-                        .filter_map(|r| state.nodes.get(r))
-                        .map(|n| (n.member(), n.peer_addr.clone()))
+                        .filter_map(|r| {
+                            let peer = state.nodes.get(r)?.peer_addr.clone();
+                            Some((state.replica_member(hub, index, *r)?, peer))
+                        })
                         .collect()
                 } else {
                     BTreeMap::new()
@@ -172,7 +220,7 @@ impl Broker {
                 let partition = Partition::open(
                     self.runtime.host(),
                     group,
-                    me_record.member(),
+                    member,
                     self.shard_for(group),
                     members,
                     self.clock.clone(),
@@ -193,33 +241,68 @@ impl Broker {
             .copied()
             .collect();
         for group in gone {
-            self.partitions
-                .write()
-                .expect("partitions lock")
-                .remove(&group);
-            self.runtime.host().stop(group).await;
-            self.shard_for(group)
-                .write(vec![Mutation::DeleteGroup { group }], Durability::Immediate)
-                .await
-                .map_err(|e| PartitionError::Storage(e.to_string()))?;
-            tracing::info!(%group, "replica removed");
+            self.drop_replica(group, state.version, "no longer assigned to this node")
+                .await?;
         }
-        if !self.swept.load(Ordering::Relaxed) {
-            self.drop_stale_replicas(&wanted).await?;
+        if !self.swept.load(Ordering::Relaxed)
+            && self.drop_stale_replicas(&wanted, state.version).await?
+        {
             self.swept.store(true, Ordering::Relaxed);
         }
         Ok(())
     }
 
+    /// Stops a local replica (if it runs) and deletes its stored state, when `view_version`
+    /// is at least the version of the view that assigned it here. An older view (a lagging
+    /// controller replica's) may not show an assignment the node has already acted on:
+    /// dropping on it would throw away a log the partition's leader counts as stored.
+    /// Returns whether it dropped the replica.
+    async fn drop_replica(
+        &self,
+        group: GroupId,
+        view_version: u64,
+        why: &str,
+    ) -> Result<bool, PartitionError> {
+        let assigned_at = assigned_at(&self.shard_for(group), group)?;
+        if assigned_at > view_version {
+            tracing::debug!(%group, assigned_at, view_version, "not dropping a replica on an older view");
+            return Ok(false);
+        }
+        let running = self
+            .partitions
+            .write()
+            .expect("partitions lock")
+            .remove(&group);
+        if running.is_some() {
+            self.runtime.host().stop(group).await;
+        }
+        self.shard_for(group)
+            .write(vec![Mutation::DeleteGroup { group }], Durability::Immediate)
+            .await
+            .map_err(|e| PartitionError::Storage(e.to_string()))?;
+        tracing::info!(%group, why, "replica removed");
+        Ok(true)
+    }
+
     /// Drops the stored replicas this node holds but is no longer assigned: while it was
     /// away (dead past the timeout, or stopped during a decommission) the placement
     /// controller re-created them elsewhere and removed this node from their groups.
-    async fn drop_stale_replicas(&self, wanted: &HashSet<GroupId>) -> Result<(), PartitionError> {
+    async fn drop_stale_replicas(
+        &self,
+        wanted: &HashSet<GroupId>,
+        view_version: u64,
+    ) -> Result<bool, PartitionError> {
         let storage = |e: tributary_storage::StorageError| PartitionError::Storage(e.to_string());
+        let mut all = true;
         for shard in &self.shards {
             for group in shard.groups().map_err(storage)? {
                 // Hub id 0 is the controller group.
                 if group.hub.0 == 0 || wanted.contains(&group) {
+                    continue;
+                }
+                // Assigned by a newer view than this one: look again on a newer view.
+                if assigned_at(shard, group)? > view_version {
+                    all = false;
                     continue;
                 }
                 shard
@@ -230,7 +313,7 @@ impl Broker {
                 tracing::info!(%group, "stale replica dropped: no longer assigned to this node");
             }
         }
-        Ok(())
+        Ok(all)
     }
 
     /// Keeps the voters of the partitions this node leads equal to their replicas' current
@@ -282,10 +365,8 @@ impl Broker {
                 .unwrap_or(replicas)
                 .iter()
                 .map(|r| {
-                    state
-                        .nodes
-                        .get(r)
-                        .map(|n| (n.member(), n.peer_addr.clone()))
+                    let peer = state.nodes.get(r)?.peer_addr.clone();
+                    Some((state.replica_member(hub, index, *r)?, peer))
                 })
                 .collect::<Option<BTreeMap<u64, String>>>()
             else {
@@ -299,7 +380,7 @@ impl Broker {
                 let others: Vec<u64> = target
                     .iter()
                     .filter(|n| replicas.contains(n))
-                    .filter_map(|n| state.nodes.get(n).map(|r| r.member()))
+                    .filter_map(|n| state.replica_member(hub, index, *n))
                     .collect();
                 if let Ok(Some(to)) = tributary_raft::transfer_leadership(
                     partition.raft(),
@@ -317,7 +398,7 @@ impl Broker {
                 .await
             {
                 Ok(tributary_raft::VoterChange::Nothing) => {
-                    if self.move_leadership(state, &partition, replicas).await {
+                    if self.move_leadership(state, hub, &partition, replicas).await {
                         busy = true;
                     }
                 }
@@ -340,6 +421,7 @@ impl Broker {
     async fn move_leadership(
         &self,
         state: &ClusterState,
+        hub: &HubRecord,
         partition: &Partition,
         replicas: &[u64],
     ) -> bool {
@@ -355,9 +437,10 @@ impl Broker {
                 .copied()
                 .collect()
         };
+        let index = partition.group.partition.0;
         let members: Vec<u64> = candidates
             .iter()
-            .filter_map(|n| state.nodes.get(n).map(|r| r.member()))
+            .filter_map(|n| state.replica_member(hub, index, *n))
             .collect();
         if members.is_empty() {
             return false;
@@ -722,4 +805,14 @@ impl Broker {
         self.partitions.write().expect("partitions lock").clear();
         self.runtime.host().stop_all().await;
     }
+}
+
+/// The version of the view that assigned a stored replica here (0: not recorded).
+fn assigned_at(shard: &Shard, group: GroupId) -> Result<u64, PartitionError> {
+    let bytes = shard
+        .meta(group, MetaKey::AssignedAt)
+        .map_err(|e| PartitionError::Storage(e.to_string()))?;
+    Ok(bytes
+        .and_then(|b| <[u8; 8]>::try_from(b.as_ref()).ok())
+        .map_or(0, u64::from_be_bytes))
 }

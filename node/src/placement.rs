@@ -81,11 +81,17 @@ impl Reports {
     }
 }
 
-/// The member ids of `nodes`' current incarnations (None if a node is unknown).
-fn members(state: &ClusterState, nodes: &[u64]) -> Option<BTreeSet<u64>> {
+/// The member ids `nodes`' replicas of a partition run as now (None if one is unknown).
+fn members(
+    state: &ClusterState,
+    hub: HubId,
+    partition: u16,
+    nodes: &[u64],
+) -> Option<BTreeSet<u64>> {
+    let hub = state.hub_by_id(hub)?;
     nodes
         .iter()
-        .map(|n| state.nodes.get(n).map(|r| r.member()))
+        .map(|n| state.replica_member(hub, partition, *n))
         .collect()
 }
 
@@ -95,11 +101,16 @@ fn group_of(hub: HubId, partition: u16) -> GroupId {
 
 /// Whether a partition's leader reports exactly `nodes` as its voters, committed, with no
 /// change under way and no learners left.
-fn voters_are(state: &ClusterState, view: &GroupStatus, nodes: &[u64]) -> bool {
+fn voters_are(
+    state: &ClusterState,
+    view: &GroupStatus,
+    (hub, partition): (HubId, u16),
+    nodes: &[u64],
+) -> bool {
     !view.joint
         && view.learners.is_empty()
         && view.last_applied_index >= view.membership_index
-        && members(state, nodes)
+        && members(state, hub, partition, nodes)
             .is_some_and(|wanted| view.voters.iter().copied().collect::<BTreeSet<_>>() == wanted)
 }
 
@@ -168,7 +179,7 @@ pub fn decide(
                 let settled = state.replicas_of(hub, index).is_some_and(|replicas| {
                     reports
                         .leader_view(group_of(hub, index))
-                        .is_some_and(|view| voters_are(state, view, replicas))
+                        .is_some_and(|view| voters_are(state, view, (hub, index), replicas))
                 });
                 // A node that has just (re)started may still hold stale copies.
                 if settled && reports.ready.contains(&to) {
@@ -212,7 +223,7 @@ pub fn move_step(
         return MoveStep::RollBack;
     };
     let view = reports.leader_view(group_of(mv.hub, mv.partition));
-    if view.is_some_and(|v| voters_are(state, v, &mv.target(replicas))) {
+    if view.is_some_and(|v| voters_are(state, v, (mv.hub, mv.partition), &mv.target(replicas))) {
         return MoveStep::Finish;
     }
     let target_gone = state
@@ -221,7 +232,7 @@ pub fn move_step(
         .is_none_or(|n| n.decommissioning || dead.contains(&n.id));
     // Rolled back only while the target is certainly not a voter: its copy is dropped
     // when the move goes, and a voter must never lose what it stored.
-    let target_member = state.nodes.get(&mv.to).map(|n| n.member());
+    let target_member = state.replica_member_by_id(mv.hub, mv.partition, mv.to);
     let not_a_voter =
         view.is_some_and(|v| !v.joint && target_member.is_none_or(|m| !v.voters.contains(&m)));
     if target_gone && not_a_voter {
@@ -451,7 +462,8 @@ mod tests {
         hub.id
     }
 
-    /// Every partition led by its preferred replica, whose report lists `voters(p)`.
+    /// Every partition led by its preferred replica, whose report lists the members of
+    /// the nodes `voters(p)`.
     fn reports(state: &ClusterState, voters: impl Fn(u16, &[u64]) -> Vec<u64>) -> Reports {
         let mut by_node: HashMap<u64, HashMap<u64, GroupStatus>> = HashMap::new();
         for hub in state.hubs.values() {
@@ -464,7 +476,11 @@ mod tests {
                         group: group.to_u64(),
                         leader,
                         term: 1,
-                        voters: voters(p as u16, replicas),
+                        // Reports name members: each node's replica as it runs now.
+                        voters: voters(p as u16, replicas)
+                            .iter()
+                            .map(|n| state.replica_member(hub, p as u16, *n).unwrap())
+                            .collect(),
                         ..Default::default()
                     },
                 );
@@ -639,6 +655,18 @@ mod tests {
         let new = reports(&state, |_, _| target.clone());
         assert_eq!(move_step(&state, &old, &[], &m), MoveStep::Wait);
         assert_eq!(move_step(&state, &new, &[], &m), MoveStep::Finish);
+        // A report naming the target node's earlier member (a copy it dropped) is not it.
+        let mut earlier = new.clone();
+        for groups in earlier.by_node.values_mut() {
+            for g in groups.values_mut() {
+                for v in &mut g.voters {
+                    if tributary_raft::member_node(*v).0 == to {
+                        *v = tributary_raft::member_id(to, 0);
+                    }
+                }
+            }
+        }
+        assert_eq!(move_step(&state, &earlier, &[], &m), MoveStep::Wait);
         // The same membership not yet committed (applied) on the leader: not yet.
         let mut uncommitted = new.clone();
         for groups in uncommitted.by_node.values_mut() {

@@ -221,16 +221,14 @@ pub async fn cluster_status(broker: &Broker) -> pb::ClusterStatus {
                     let own = group_on(node, group);
                     let caught_up = match leader_view {
                         Some(_) if node == leader => true,
-                        // Matched indexes are by member: this node's current incarnation.
                         Some(view) => {
                             let lag = tributary_raft::PROMOTE_LAG_MAX as i64;
                             let near =
                                 |index: i64| index >= 0 && index + lag >= view.last_log_index;
-                            // Matched indexes are by member: this node's current incarnation.
-                            let matched = state.nodes.get(&node).is_some_and(|record| {
-                                view.matched_index
-                                    .get(&record.member())
-                                    .is_some_and(|m| near(*m))
+                            // Matched indexes are by member: this replica's current life.
+                            let member = state.replica_member(hub, p as u16, node);
+                            let matched = member.is_some_and(|member| {
+                                view.matched_index.get(&member).is_some_and(|m| near(*m))
                             });
                             // A leader elected a moment ago does not know its followers'
                             // progress yet; what a follower has applied is committed, so
@@ -241,8 +239,7 @@ pub async fn cluster_status(broker: &Broker) -> pb::ClusterStatus {
                             // whose earlier incarnation is still a voter too: that member
                             // can never answer, so the group has a voter too many until it
                             // is removed, and losing another node then leaves no majority.
-                            let voter = state.nodes.get(&node).is_some_and(|record| {
-                                let member = record.member();
+                            let voter = member.is_some_and(|member| {
                                 view.voters.contains(&member)
                                     && !view.voters.iter().any(|&v| {
                                         v != member && tributary_raft::member_node(v).0 == node

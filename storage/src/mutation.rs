@@ -24,6 +24,10 @@ pub enum MetaKey {
     Snapshot = 5,
     /// The Raft member id this replica runs as (node and data incarnation).
     Member = 6,
+    /// The version of the controller state whose view assigned this replica to its node
+    /// (an 8-byte big-endian integer): the node drops the replica only on a view at least
+    /// as new.
+    AssignedAt = 7,
 }
 
 /// One row of a partition's sparse index: one row per Raft entry (a batch of events), never

@@ -64,7 +64,8 @@ impl NodeRecord {
         }
     }
 
-    /// This node's Raft member id in the groups it holds.
+    /// This node's Raft member id in the controller group. Partition replicas run as
+    /// [`ClusterState::replica_member`], which also counts the times a replica was re-added.
     pub fn member(&self) -> u64 {
         tributary_raft::member_id(self.id, self.incarnation)
     }
@@ -91,9 +92,29 @@ pub struct HubRecord {
     /// so a replica that starts on a node never initializes one (even as the preferred
     /// leader).
     pub moved: BTreeSet<u16>,
+    /// Per partition, how many times a replica move to each node has started. A replica's
+    /// Raft member id counts these together with its node's data incarnation
+    /// ([`HubRecord::member_incarnation`]): a replica added again to a node that once held
+    /// one (it moved away, or an earlier move there was rolled back) is a new member, never
+    /// taken for the copy the node dropped, whose log the leader remembers as stored.
+    #[serde(default)]
+    pub joins: BTreeMap<u16, BTreeMap<u64, u32>>,
 }
 
 impl HubRecord {
+    /// The incarnation part of the member id `node`'s replica of `partition` runs as: the
+    /// node's data incarnation plus the moves to it that have started. Both only grow, so
+    /// every new life of a replica gets a larger one.
+    pub fn member_incarnation(&self, partition: u16, node: &NodeRecord) -> u32 {
+        let joins = self
+            .joins
+            .get(&partition)
+            .and_then(|j| j.get(&node.id))
+            .copied()
+            .unwrap_or(0);
+        node.incarnation + joins
+    }
+
     /// A partition's weight for placement: its share of the hub's throughput units, or one
     /// unit when none are reserved.
     pub fn partition_weight(&self) -> u32 {
@@ -342,6 +363,13 @@ impl ClusterState {
             Command::StartMoves(moves) => {
                 for mv in moves {
                     if self.move_fits(&mv) {
+                        if let Some(hub) = self.hubs.values_mut().find(|h| h.id == mv.hub) {
+                            *hub.joins
+                                .entry(mv.partition)
+                                .or_default()
+                                .entry(mv.to)
+                                .or_default() += 1;
+                        }
                         self.moves.push(mv);
                     }
                 }
@@ -573,6 +601,7 @@ impl ClusterState {
             created_version: self.version,
             throughput_units,
             moved: BTreeSet::new(),
+            joins: BTreeMap::new(),
         };
         self.hubs.insert(name, record.clone());
         Ok(Reply::Hub(record))
@@ -583,13 +612,22 @@ impl ClusterState {
     /// Whether `mv` can start now: its partition exists and is not moving, `from` (if any)
     /// holds a replica and `to` is a registered node that holds none.
     fn move_fits(&self, mv: &ReplicaMove) -> bool {
-        let Some(replicas) = self.replicas_of(mv.hub, mv.partition) else {
+        let Some(hub) = self.hub_by_id(mv.hub) else {
             return false;
         };
-        !self
-            .moves
-            .iter()
-            .any(|m| m.hub == mv.hub && m.partition == mv.partition)
+        let Some(replicas) = hub.replicas.get(usize::from(mv.partition)) else {
+            return false;
+        };
+        // Member ids have 16 bits for the incarnation.
+        let ids_left = self
+            .nodes
+            .get(&mv.to)
+            .is_some_and(|n| hub.member_incarnation(mv.partition, n) < u32::from(u16::MAX));
+        ids_left
+            && !self
+                .moves
+                .iter()
+                .any(|m| m.hub == mv.hub && m.partition == mv.partition)
             && mv.from.is_none_or(|f| replicas.contains(&f))
             && !replicas.contains(&mv.to)
             && self.nodes.contains_key(&mv.to)
@@ -611,6 +649,19 @@ impl ClusterState {
     pub fn replicas_of(&self, hub: HubId, partition: u16) -> Option<&Vec<u64>> {
         self.hub_by_id(hub)
             .and_then(|h| h.replicas.get(usize::from(partition)))
+    }
+
+    /// The Raft member id `node`'s replica of a partition runs as (None: unknown node).
+    pub fn replica_member(&self, hub: &HubRecord, partition: u16, node: u64) -> Option<u64> {
+        self.nodes
+            .get(&node)
+            .map(|n| tributary_raft::member_id(n.id, hub.member_incarnation(partition, n)))
+    }
+
+    /// [`ClusterState::replica_member`] for a hub known by id.
+    pub fn replica_member_by_id(&self, hub: HubId, partition: u16, node: u64) -> Option<u64> {
+        self.hub_by_id(hub)
+            .and_then(|h| self.replica_member(h, partition, node))
     }
 
     /// The move under way for a partition, if any.
@@ -1026,6 +1077,107 @@ mod tests {
             .unwrap();
         state
             .apply(Command::DeleteHub { name: "h".into() })
+            .unwrap();
+        assert!(state.moves.is_empty());
+    }
+
+    #[test]
+    fn a_replica_added_again_to_a_node_is_a_new_member() {
+        let mut state = cluster(4);
+        create(&mut state, "h", 1, Some(3)).unwrap();
+        let h = hub(&state, "h");
+        let start = h.replicas[0].clone();
+        let spare = (1..=4).find(|n| !start.contains(n)).unwrap();
+        let member = |state: &ClusterState, node| state.replica_member_by_id(h.id, 0, node);
+        assert_eq!(
+            member(&state, spare),
+            Some(tributary_raft::member_id(spare, 0))
+        );
+        // Every member id each node has had so far.
+        let mut seen: Vec<u64> = (1..=4).map(|n| member(&state, n).unwrap()).collect();
+        let mut fresh = |state: &ClusterState, node| {
+            let m = member(state, node).unwrap();
+            assert!(!seen.contains(&m), "member {m} of node {node} used before");
+            assert_eq!(tributary_raft::member_node(m).0, node);
+            seen.push(m);
+        };
+        // A move to the spare node: its replica is a member it never was.
+        state
+            .apply(Command::StartMoves(vec![mv(
+                h.id,
+                0,
+                Some(start[0]),
+                spare,
+            )]))
+            .unwrap();
+        fresh(&state, spare);
+        let moved_in = member(&state, spare).unwrap();
+        // Rolled back and started again: another new member.
+        state
+            .apply(Command::AbortMove {
+                hub: h.id,
+                partition: 0,
+                to: spare,
+            })
+            .unwrap();
+        state
+            .apply(Command::StartMoves(vec![mv(
+                h.id,
+                0,
+                Some(start[0]),
+                spare,
+            )]))
+            .unwrap();
+        fresh(&state, spare);
+        let moved_in_again = member(&state, spare).unwrap();
+        assert!(
+            tributary_raft::member_incarnation(moved_in_again)
+                > tributary_raft::member_incarnation(moved_in)
+        );
+        // Finishing the move keeps the member that was brought in.
+        state
+            .apply(Command::FinishMove {
+                hub: h.id,
+                partition: 0,
+                to: spare,
+            })
+            .unwrap();
+        assert_eq!(member(&state, spare), Some(moved_in_again));
+        // The node that left and comes back is a new member too, and so is every replica of
+        // a node that lost its data; the other replicas keep theirs.
+        let stays = start[1];
+        let kept = member(&state, stays).unwrap();
+        state
+            .apply(Command::StartMoves(vec![mv(
+                h.id,
+                0,
+                Some(spare),
+                start[0],
+            )]))
+            .unwrap();
+        fresh(&state, start[0]);
+        assert_eq!(member(&state, stays), Some(kept));
+        let mut wiped = state.nodes[&start[0]].clone();
+        wiped.data_id += 1;
+        state.apply(Command::RegisterNode(wiped)).unwrap();
+        fresh(&state, start[0]);
+        assert_eq!(member(&state, stays), Some(kept));
+    }
+
+    #[test]
+    fn moves_stop_when_a_node_has_used_up_its_member_ids() {
+        let mut state = cluster(4);
+        create(&mut state, "h", 1, Some(3)).unwrap();
+        let h = hub(&state, "h");
+        let spare = (1..=4).find(|n| !h.replicas[0].contains(n)).unwrap();
+        state
+            .hubs
+            .get_mut("h")
+            .unwrap()
+            .joins
+            .insert(0, BTreeMap::from([(spare, u32::from(u16::MAX))]));
+        state
+            .apply(Command::StartMoves(vec![mv(h.id, 0, None, spare)]))
             .unwrap();
         assert!(state.moves.is_empty());
     }

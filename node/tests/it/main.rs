@@ -8,5 +8,6 @@ mod keys;
 mod positions;
 mod readers;
 mod receive;
+mod reconcile;
 mod replication;
 mod restart;
