@@ -32,6 +32,10 @@ pub fn metrics_handle() -> PrometheusHandle {
                 "Writes merged into one storage transaction (group commit)"
             );
             metrics::describe_counter!("tributary_events_in_total", "Events accepted by sends");
+            metrics::describe_gauge!(
+                "tributary_sends_in_flight",
+                "Sends this node has received and not yet answered"
+            );
             metrics::describe_counter!("tributary_bytes_in_total", "Bytes accepted by sends");
             metrics::describe_counter!("tributary_events_out_total", "Events delivered to readers");
             metrics::describe_counter!(

@@ -45,6 +45,29 @@ const REQUEST_OVERHEAD_BYTES: usize = 64 * 1024;
 /// A checkpoint store request at most: a claim of every partition of the largest hub.
 const STORE_REQUEST_BYTES_MAX: usize = 1024 * 1024;
 
+/// How long shutdown lets in-flight calls of each server finish before cutting them off.
+const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Waits for a server task to end by itself within `timeout`, else aborts it (`None`).
+async fn finish_within<T>(
+    mut task: JoinHandle<T>,
+    timeout: std::time::Duration,
+    what: &str,
+) -> anyhow::Result<Option<T>> {
+    match tokio::time::timeout(timeout, &mut task).await {
+        Ok(joined) => Ok(Some(joined?)),
+        Err(_elapsed) => {
+            tracing::warn!(
+                server = what,
+                ?timeout,
+                "calls still in flight at shutdown were cut off"
+            );
+            task.abort();
+            Ok(None)
+        }
+    }
+}
+
 /// How long shutdown waits for the last users of a storage shard.
 const SHARD_CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -242,11 +265,19 @@ impl Node {
         // sends finish, then stop the groups and close storage.
         let _ = self.shutdown.send(true);
         self.broker.close_readers();
-        self.server.await??;
-        self.http.await?;
+        // A call that cannot finish (a send whose partition has lost its quorum waits for
+        // a commit that may never come) is cut off after the drain time, so a stopping node
+        // never outlasts its supervisor's patience. Its caller sees the call fail: a send
+        // cut off is indeterminate, as after a crash.
+        finish_within(self.server, DRAIN_TIMEOUT, "client API")
+            .await?
+            .transpose()?;
+        finish_within(self.http, DRAIN_TIMEOUT, "HTTP").await?;
         self.broker.runtime().stop();
         self.broker.shutdown().await;
-        self.peer_server.await??;
+        finish_within(self.peer_server, DRAIN_TIMEOUT, "peer API")
+            .await?
+            .transpose()?;
         drop(self.broker);
         for shard in self.shards {
             shard.close(SHARD_CLOSE_TIMEOUT).await?;

@@ -1,5 +1,6 @@
-//! `tributary serve` stops cleanly on SIGTERM at any point of its life, including while it
-//! is still starting (waiting for the rest of its cluster), when a supervisor stops it.
+//! `tributary serve` stops cleanly on SIGTERM at any point of its life: while it is still
+//! starting (waiting for the rest of its cluster), and while calls it cannot finish are in
+//! flight.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -8,7 +9,10 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 
-use tributary_cluster_tests::{PEER_ADDR_ENV, TestDir, free_port, tributary_command};
+use tributary_client::{Client, EventData, SendTarget};
+use tributary_cluster_tests::{
+    LocalCluster, PEER_ADDR_ENV, TestDir, free_port, http_get, tributary_command,
+};
 
 /// How long the node may take to exit after the signal.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -75,4 +79,57 @@ async fn a_signal_while_waiting_for_the_cluster_stops_the_node_cleanly() {
             "the node says why it stopped: {rest:#?}"
         );
     }
+}
+
+/// A send that waits for a commit that cannot come (both followers of its partition are
+/// frozen) does not hold up shutdown: SIGTERM stops the leader within a supervisor's usual
+/// grace period (`terminate` allows 30 s, as Kubernetes does), with exit code 0.
+#[tokio::test]
+async fn a_send_stuck_without_a_quorum_does_not_hold_up_shutdown() {
+    let dir = TestDir::new("signal_stuck_send");
+    let mut cluster = LocalCluster::start(dir.path(), 3).await;
+    let client = Client::connect(&cluster.endpoints()[0]).await.unwrap();
+    client
+        .create_replicated_event_hub("stuck", 1, None, Some(3))
+        .await
+        .unwrap();
+    let leader = cluster.partition_leader("stuck", "0").await;
+    for (i, node) in cluster.nodes.iter_mut().enumerate() {
+        if i != leader {
+            node.pause();
+        }
+    }
+    let leader_client = Client::connect(&cluster.nodes[leader].endpoint())
+        .await
+        .unwrap();
+    let send = tokio::spawn(async move {
+        leader_client
+            .producer()
+            .send(
+                "stuck",
+                SendTarget::PartitionId("0".into()),
+                [EventData::from_body("never committed")],
+            )
+            .await
+    });
+    let metrics = cluster.nodes[leader].http_addr();
+    let in_flight = tokio::time::timeout(START_TIMEOUT, async {
+        loop {
+            if let Ok(response) = http_get(metrics, "/metrics").await
+                && response
+                    .body
+                    .lines()
+                    .any(|l| l.starts_with("tributary_sends_in_flight ") && !l.ends_with(" 0"))
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(in_flight.is_ok(), "the send never reached the leader");
+    assert!(!send.is_finished(), "a send without a quorum was answered");
+    let status = cluster.nodes[leader].terminate().await;
+    assert_eq!(status.code(), Some(0), "{status}");
+    send.abort();
 }

@@ -22,6 +22,7 @@ impl Producer for ProducerService {
         &self,
         request: Request<pb::SendRequest>,
     ) -> Result<Response<pb::SendResponse>, Status> {
+        let _in_flight = InFlight::send();
         let req = request.into_inner();
         let hub = self.broker.hub(&req.event_hub)?;
         if req.events.is_empty() {
@@ -102,5 +103,22 @@ impl Producer for ProducerService {
             offsets: appended.offsets.iter().map(i64::to_string).collect(),
             enqueued_time_ms: appended.enqueued_time_ms,
         }))
+    }
+}
+
+/// Counts a send in `tributary_sends_in_flight` while it runs (also when its caller gives
+/// up and the call is dropped).
+struct InFlight;
+
+impl InFlight {
+    fn send() -> InFlight {
+        metrics::gauge!("tributary_sends_in_flight").increment(1.0);
+        InFlight
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        metrics::gauge!("tributary_sends_in_flight").decrement(1.0);
     }
 }
