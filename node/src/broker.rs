@@ -15,10 +15,12 @@ use tributary_types::{
 
 use crate::api::error::ApiError;
 use crate::cluster::ClusterRuntime;
-use crate::controller::state::{ClusterState, Command, HubRecord, NewHub, Reply, hub_not_found};
+use crate::controller::state::{
+    ClusterState, Command, HubRecord, NewHub, NodeRecord, Reply, hub_not_found,
+};
 use crate::group::GroupStateMachine;
 use crate::partition::{Partition, PartitionError};
-use tributary_raft::{GroupHost, member_incarnation};
+use tributary_raft::{GroupHost, member_incarnation, member_node};
 
 /// How long a management call waits for this node's view to show its effect.
 const VIEW_WAIT: Duration = Duration::from_secs(10);
@@ -200,23 +202,7 @@ impl Broker {
                         .await
                         .map_err(|e| PartitionError::Storage(e.to_string()))?;
                 }
-                // The preferred leader initializes a new group with every replica. A hub
-                // older than this node's data existed before it: its groups are running
-                // elsewhere and bring this replica in as a new member.
-                let new_group = hub.created_version > me_record.incarnation_version
-                    && !hub.moved.contains(&index)
-                    && !moving_here;
-                let members: BTreeMap<u64, String> = if replicas[0] == me && new_group {
-                    replicas
-                        .iter()
-                        .filter_map(|r| {
-                            let peer = state.nodes.get(r)?.peer_addr.clone();
-                            Some((state.replica_member(hub, index, *r)?, peer))
-                        })
-                        .collect()
-                } else {
-                    BTreeMap::new()
-                };
+                let members = founding_members(state, hub, index, me_record, member);
                 let partition = Partition::open(
                     self.runtime.host(),
                     group,
@@ -815,4 +801,143 @@ fn assigned_at(shard: &Shard, group: GroupId) -> Result<u64, PartitionError> {
     Ok(bytes
         .and_then(|b| <[u8; 8]>::try_from(b.as_ref()).ok())
         .map_or(0, u64::from_be_bytes))
+}
+
+/// The members this node's replica (`member`) initializes a partition's new group with;
+/// empty when it must wait for a leader to bring it in.
+///
+/// Every replica a group was created with initializes it, with the same founding members
+/// (openraft allows several nodes to initialize with the same membership), so it starts
+/// once a majority of them runs, whichever replica is preferred by then. A hub older than
+/// this node's data existed before it: its groups run elsewhere and bring this replica in
+/// as a new member; so does a group that has moved, or one moving here.
+fn founding_members(
+    state: &ClusterState,
+    hub: &HubRecord,
+    index: u16,
+    me: &NodeRecord,
+    member: u64,
+) -> BTreeMap<u64, String> {
+    let new_group = hub.created_version > me.incarnation_version
+        && !hub.moved.contains(&index)
+        && state.move_of(hub.id, index).is_none_or(|m| m.to != me.id);
+    if !new_group {
+        return BTreeMap::new();
+    }
+    let peer = |node: u64| state.nodes.get(&node).map(|n| n.peer_addr.clone());
+    match hub.founders.get(usize::from(index)) {
+        Some(founders) if founders.contains(&member) => founders
+            .iter()
+            .filter_map(|m| Some((*m, peer(member_node(*m).0)?)))
+            .collect(),
+        Some(_) => BTreeMap::new(),
+        // A hub recorded before founders were: its first replica initializes.
+        None => match hub.replicas.get(usize::from(index)) {
+            Some(replicas) if replicas.first() == Some(&me.id) => replicas
+                .iter()
+                .filter_map(|r| Some((state.replica_member(hub, index, *r)?, peer(*r)?)))
+                .collect(),
+            _ => BTreeMap::new(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::state::{NewHub, ReplicaMove, test_cluster};
+
+    fn create(state: &mut ClusterState) -> HubRecord {
+        let Ok(Reply::Hub(hub)) = state.apply(Command::CreateHub(NewHub {
+            name: "h".into(),
+            partition_count: 1,
+            retention_ms: 3_600_000,
+            replication_factor: Some(3),
+            partitions_max: 1024,
+            now_ms: 0,
+            down_nodes: Vec::new(),
+            throughput_units: 0,
+        })) else {
+            panic!("hub created");
+        };
+        hub
+    }
+
+    /// What each of nodes 1..=4 would initialize partition 0 of hub "h" with.
+    fn inits(state: &ClusterState) -> Vec<BTreeMap<u64, String>> {
+        let hub = &state.hubs["h"];
+        (1..=4)
+            .map(|n| {
+                let me = &state.nodes[&n];
+                let member = state.replica_member(hub, 0, n).unwrap();
+                founding_members(state, hub, 0, me, member)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_founding_replica_initializes_with_the_same_members() {
+        let mut state = test_cluster(4);
+        let hub = create(&mut state);
+        let replicas = hub.replicas[0].clone();
+        let founders: BTreeMap<u64, String> = replicas
+            .iter()
+            .map(|n| (tributary_raft::member_id(*n, 0), format!("p{n}")))
+            .collect();
+        let check = |state: &ClusterState| {
+            for (i, init) in inits(state).into_iter().enumerate() {
+                let node = i as u64 + 1;
+                if replicas.contains(&node) {
+                    assert_eq!(init, founders, "founding replica on node {node}");
+                } else {
+                    assert!(init.is_empty(), "node {node} holds no founding replica");
+                }
+            }
+        };
+        check(&state);
+        // The preferred leader changes before the group has started: the same founders,
+        // and the first replica now is no different from the others.
+        state
+            .apply(Command::SetPreferredLeaders(vec![(hub.id, 0, replicas[2])]))
+            .unwrap();
+        assert_eq!(state.hubs["h"].replicas[0][0], replicas[2]);
+        check(&state);
+    }
+
+    #[test]
+    fn replicas_of_running_groups_wait_to_be_brought_in() {
+        let mut state = test_cluster(4);
+        let hub = create(&mut state);
+        let spare = (1..=4).find(|n| !hub.replicas[0].contains(n)).unwrap();
+        // A move under way: its target waits for the leader.
+        state
+            .apply(Command::StartMoves(vec![ReplicaMove {
+                hub: hub.id,
+                partition: 0,
+                from: Some(hub.replicas[0][0]),
+                to: spare,
+                started_ms: 0,
+            }]))
+            .unwrap();
+        assert!(inits(&state)[spare as usize - 1].is_empty());
+        // Once the partition has moved, no replica initializes it any more.
+        state
+            .apply(Command::FinishMove {
+                hub: hub.id,
+                partition: 0,
+                to: spare,
+            })
+            .unwrap();
+        assert!(inits(&state).iter().all(BTreeMap::is_empty));
+
+        // A founder whose node lost its data since is a new member, not a founder.
+        let mut state = test_cluster(4);
+        let hub = create(&mut state);
+        let wiped = hub.replicas[0][1];
+        let mut record = state.nodes[&wiped].clone();
+        record.data_id += 1;
+        state.apply(Command::RegisterNode(record)).unwrap();
+        assert!(inits(&state)[wiped as usize - 1].is_empty());
+        assert!(!inits(&state)[hub.replicas[0][0] as usize - 1].is_empty());
+    }
 }

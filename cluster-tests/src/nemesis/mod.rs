@@ -170,10 +170,16 @@ pub async fn run(config: RunConfig) -> anyhow::Result<RunReport> {
         incidents.push(format!("the nemesis stopped early: {err:#}"));
     }
     eprintln!("faults over: healing everything and letting the workload finish");
+    let end = Instant::now();
+    let step = |what: &str| eprintln!("{:>7.1}s into the end: {what}", end.elapsed().as_secs_f64());
     heal_all(&mut cluster, &mut incidents).await;
+    step("every node healed and ready (or reported)");
     workload.stop_producers(PRODUCER_DRAIN).await;
+    step("producers stopped");
     workload.stop_others().await;
+    step("management, operations and processors stopped");
     let finals = read_back(&cluster, &config.workload, &mut incidents).await;
+    step("partitions read back");
     let ends: BTreeMap<String, i64> = finals
         .iter()
         .map(|f| {
@@ -184,6 +190,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<RunReport> {
         })
         .collect();
     workload.stop_readers(&ends, Duration::from_secs(30)).await;
+    step("readers stopped");
     let (final_hubs, final_groups) = managed_names(&cluster).await;
     if final_hubs.is_none() || final_groups.is_none() {
         incidents.push("the hubs and consumer groups could not be listed at the end".into());

@@ -99,6 +99,12 @@ pub struct HubRecord {
     /// taken for the copy the node dropped, whose log the leader remembers as stored.
     #[serde(default)]
     pub joins: BTreeMap<u16, BTreeMap<u64, u32>>,
+    /// Per partition, the Raft member ids of the replicas it was created with. Any of them
+    /// may initialize the new group, always with exactly this membership (openraft allows
+    /// several nodes to initialize with the same one): a group whose first replica was down
+    /// when the hub was created, and whose preferred leader has since changed, still starts.
+    #[serde(default)]
+    pub founders: Vec<Vec<u64>>,
 }
 
 impl HubRecord {
@@ -597,9 +603,17 @@ impl ClusterState {
             created_at_ms: now_ms,
             replication_factor,
             consumer_groups: BTreeMap::from([(DEFAULT_CONSUMER_GROUP.to_string(), now_ms)]),
-            replicas,
             created_version: self.version,
             throughput_units,
+            founders: replicas
+                .iter()
+                .map(|set| {
+                    set.iter()
+                        .filter_map(|n| self.nodes.get(n).map(NodeRecord::member))
+                        .collect()
+                })
+                .collect(),
+            replicas,
             moved: BTreeSet::new(),
             joins: BTreeMap::new(),
         };
