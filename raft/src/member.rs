@@ -1,9 +1,11 @@
-//! Raft member ids. A group's member is a node *in one incarnation of its data*: when a
-//! node's data directory is lost, its replicas come back as new members, so a replica
-//! that forgot its votes and log can never be counted as the one that had them.
+//! Raft member ids. A group's member is a node's replica *in one life*: when a node's data
+//! directory is lost, or a replica is added again to a node that dropped an earlier copy,
+//! it comes back as a new member, so a replica that forgot its votes and log can never be
+//! counted as the one that had them.
 //!
-//! The id packs both: the low 48 bits are the node id, the high 16 bits the node's
-//! incarnation. Incarnation 0 is the node id itself.
+//! The id packs both: the low 48 bits are the node id, the high 16 bits the incarnation
+//! (the controller counts the node's data incarnation plus the moves of the replica to the
+//! node). Incarnation 0 is the node id itself.
 
 use tributary_types::NodeId;
 
