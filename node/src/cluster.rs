@@ -32,6 +32,10 @@ use crate::group::GroupStateMachine;
 const PROPOSE_HOPS_MAX: u32 = 3;
 /// How often discovery and registration retry.
 const RETRY_INTERVAL: Duration = Duration::from_millis(300);
+/// How often a Watch stream carries a heartbeat when the view has not changed.
+const WATCH_HEARTBEAT: Duration = Duration::from_secs(1);
+/// A Watch stream silent this long is dead: the watcher follows another voter.
+const WATCH_SILENCE_MAX: Duration = Duration::from_secs(5);
 
 /// How a node finds its cluster.
 #[derive(Debug, Clone)]
@@ -543,31 +547,40 @@ impl ClusterRuntime {
         }
     }
 
-    /// Non-voters follow the controller through a Watch stream from any voter.
+    /// Non-voters follow the controller through a Watch stream from any voter. The voters
+    /// are looked up afresh before each stream: a list taken once (the seeds, at startup)
+    /// would in time lead to another non-voter, two of which would follow each other's
+    /// frozen views for ever.
     async fn watch_remote(self: Arc<Self>) {
+        let mut turn = 0usize;
         loop {
-            let voters = self.state().controller_voters.clone();
-            let candidates: Vec<String> = {
-                let known = self.known.read().expect("known lock");
-                let mut list: Vec<String> = voters
-                    .iter()
-                    .filter_map(|v| known.get(v))
-                    .map(|n| n.peer_addr.clone())
-                    .collect();
-                if list.is_empty() {
-                    list = self.config.seeds.clone();
+            let candidates = self.watch_candidates();
+            if let Some(addr) = candidates.get(turn % candidates.len().max(1)) {
+                if let Err(err) = self.watch_from(addr).await {
+                    tracing::info!(%addr, %err, "cluster watch ended; following another voter");
                 }
-                // Never follow itself: its own view is what it is waiting for.
-                list.retain(|addr| *addr != self.me.peer_addr);
-                list
-            };
-            for addr in candidates {
-                if let Err(err) = self.watch_from(&addr).await {
-                    tracing::debug!(%addr, %err, "cluster watch ended");
-                }
+                turn = turn.wrapping_add(1);
             }
             tokio::time::sleep(RETRY_INTERVAL).await;
         }
+    }
+
+    /// The peer addresses of the controller voters (the seeds until the voters are known),
+    /// never this node's own.
+    fn watch_candidates(&self) -> Vec<String> {
+        let voters = self.state().controller_voters.clone();
+        let known = self.known.read().expect("known lock");
+        let mut list: Vec<String> = voters
+            .iter()
+            .filter_map(|v| known.get(v))
+            .map(|n| n.peer_addr.clone())
+            .collect();
+        if list.is_empty() {
+            list = self.config.seeds.clone();
+        }
+        // Never follow itself: its own view is what it is waiting for.
+        list.retain(|addr| *addr != self.me.peer_addr);
+        list
     }
 
     async fn watch_from(&self, addr: &str) -> Result<(), ApiError> {
@@ -577,13 +590,30 @@ impl ClusterRuntime {
             .await
             .map_err(|s| ApiError::from_status(&s))?
             .into_inner();
-        while let Some(view) = stream.next().await {
+        loop {
+            // The voter sends a heartbeat at least every WATCH_HEARTBEAT: silence means the
+            // stream is dead though its connection looks open (a voter killed, frozen or cut
+            // off): follow another voter rather than keep a view that no longer moves.
+            let view = match tokio::time::timeout(WATCH_SILENCE_MAX, stream.next()).await {
+                Ok(Some(view)) => view,
+                Ok(None) => return Ok(()),
+                Err(_elapsed) => {
+                    return Err(ApiError::new(
+                        ErrorReason::Unavailable,
+                        format!(
+                            "no cluster view or heartbeat from {addr} in {WATCH_SILENCE_MAX:?}"
+                        ),
+                    ));
+                }
+            };
             let view = view.map_err(|s| ApiError::from_status(&s))?;
+            if view.state.is_empty() {
+                continue;
+            }
             let state: ClusterState =
                 postcard::from_bytes(&view.state).map_err(|e| ApiError::internal(e.to_string()))?;
             self.publish(Arc::new(state));
         }
-        Ok(())
     }
 
     pub fn host(&self) -> &Arc<GroupHost<GroupStateMachine>> {
@@ -692,6 +722,14 @@ impl Cluster for ClusterService {
         &self,
         _request: Request<WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
+        // Only a controller voter's view comes from the controller itself; a non-voter
+        // would pass on its own copy, which stops moving when its source does.
+        if self.runtime.controller().is_none() {
+            return Err(Status::failed_precondition(format!(
+                "node {} is not a controller voter; watch a voter",
+                self.runtime.me.id
+            )));
+        }
         let mut view = self.runtime.view();
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         tokio::spawn(async move {
@@ -707,9 +745,24 @@ impl Cluster for ClusterService {
                 {
                     return;
                 }
-                tokio::select! {
-                    changed = view.changed() => if changed.is_err() { return },
-                    _ = tx.closed() => return,
+                // An unchanged view is answered with a heartbeat (an empty view), so the
+                // watcher can tell a quiet cluster from a dead stream.
+                loop {
+                    tokio::select! {
+                        changed = view.changed() => {
+                            if changed.is_err() {
+                                return;
+                            }
+                            break;
+                        }
+                        _ = tx.closed() => return,
+                        _ = tokio::time::sleep(WATCH_HEARTBEAT) => {
+                            let heartbeat = ClusterView { state: Default::default() };
+                            if tx.send(Ok(heartbeat)).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
                 }
             }
         });

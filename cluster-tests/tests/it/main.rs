@@ -21,3 +21,4 @@ mod replication;
 mod script;
 mod signals;
 mod throughput;
+mod watch;
