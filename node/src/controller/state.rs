@@ -1115,15 +1115,9 @@ mod tests {
             assert_eq!(tributary_raft::member_node(m).0, node);
             seen.push(m);
         };
+        let move_to_spare = Command::StartMoves(vec![mv(h.id, 0, Some(start[0]), spare)]);
         // A move to the spare node: its replica is a member it never was.
-        state
-            .apply(Command::StartMoves(vec![mv(
-                h.id,
-                0,
-                Some(start[0]),
-                spare,
-            )]))
-            .unwrap();
+        state.apply(move_to_spare.clone()).unwrap();
         fresh(&state, spare);
         let moved_in = member(&state, spare).unwrap();
         // Rolled back and started again: another new member.
@@ -1134,14 +1128,7 @@ mod tests {
                 to: spare,
             })
             .unwrap();
-        state
-            .apply(Command::StartMoves(vec![mv(
-                h.id,
-                0,
-                Some(start[0]),
-                spare,
-            )]))
-            .unwrap();
+        state.apply(move_to_spare).unwrap();
         fresh(&state, spare);
         let moved_in_again = member(&state, spare).unwrap();
         assert!(
