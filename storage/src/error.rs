@@ -7,6 +7,9 @@ pub enum StorageError {
     Io(String),
     #[error("the storage shard is shutting down")]
     Closed,
+    /// [`crate::Shard::close`] gave up: something still holds the shard.
+    #[error("{0}")]
+    StillInUse(String),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
     /// A commit failed earlier; the shard refuses writes until the node restarts.

@@ -158,7 +158,7 @@ impl Shard {
         let deadline = tokio::time::Instant::now() + timeout;
         while Arc::strong_count(&self.writer) > 1 {
             if tokio::time::Instant::now() >= deadline {
-                return Err(StorageError::Io(format!(
+                return Err(StorageError::StillInUse(format!(
                     "storage shard {} is still in use after {timeout:?}",
                     self.path.display()
                 )));

@@ -105,8 +105,11 @@ async fn throughput_units_hold_ingress_to_the_reservation_and_change_live() {
         three.accepted_bytes_per_s, three.busy
     );
     assert!(three.other_errors.is_empty(), "{:?}", three.other_errors);
+    // More than one TU ever lets in: the new reservation applies. (Not a ratio: on a
+    // loaded machine the senders may not reach 3 MB/s.)
+    let one_tu_max = 1.2e6 + 1e6 / MEASURE_FOR.as_secs_f64();
     assert!(
-        three.accepted_bytes_per_s > 2.0 * one.accepted_bytes_per_s,
+        three.accepted_bytes_per_s > one_tu_max,
         "3 TU took in {:.0} B/s, 1 TU {:.0} B/s",
         three.accepted_bytes_per_s,
         one.accepted_bytes_per_s

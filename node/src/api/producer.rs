@@ -16,6 +16,10 @@ pub struct ProducerService {
     pub broker: Arc<Broker>,
 }
 
+/// How long a send may still wait for its commit once the node has begun to shut down
+/// (less than the shutdown's drain time).
+const SHUTDOWN_SEND_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
 #[tonic::async_trait]
 impl Producer for ProducerService {
     async fn send(
@@ -88,10 +92,25 @@ impl Producer for ProducerService {
             .into());
         }
         let started = std::time::Instant::now();
-        let appended = partition
-            .append(&records, producer)
-            .await
-            .map_err(|e| self.broker.partition_error(e))?;
+        // A send still waiting when the node shuts down (its partition may have lost its
+        // quorum) gives up within the shutdown's drain time, so it never holds the node up.
+        let mut closing = self.broker.closing();
+        let appended = tokio::select! {
+            appended = partition.append(&records, producer) => {
+                appended.map_err(|e| self.broker.partition_error(e))?
+            }
+            _ = async {
+                let _ = closing.wait_for(|closing| *closing).await;
+                tokio::time::sleep(SHUTDOWN_SEND_GRACE).await;
+            } => {
+                return Err(ApiError::new(
+                    tributary_proto::ErrorReason::Unavailable,
+                    "the node shut down before the send committed; its outcome is unknown: \
+                     retry on another node (an idempotent producer's retry is stored once)",
+                )
+                .into());
+            }
+        };
         FaultHooks::global().after_commit();
         metrics::histogram!("tributary_send_duration_seconds")
             .record(started.elapsed().as_secs_f64());
