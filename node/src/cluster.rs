@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use tokio::sync::watch;
@@ -32,6 +32,9 @@ use crate::group::GroupStateMachine;
 const PROPOSE_HOPS_MAX: u32 = 3;
 /// How often discovery and registration retry.
 const RETRY_INTERVAL: Duration = Duration::from_millis(300);
+/// How long a controller command waits for a controller leader it can reach: longer
+/// than an election after the leader dies.
+const PROPOSE_WAIT: Duration = Duration::from_secs(10);
 /// How often a Watch stream carries a heartbeat when the view has not changed.
 const WATCH_HEARTBEAT: Duration = Duration::from_secs(1);
 /// A Watch stream silent this long is dead: the watcher follows another voter.
@@ -447,25 +450,47 @@ impl ClusterRuntime {
         }
     }
 
-    /// Runs a controller command on the controller leader and returns its reply.
+    /// Runs a controller command on the controller leader and returns its reply. While
+    /// the controller has no leader, or the one this node knows is unreachable (it died,
+    /// and the others have not elected a new one yet), the command has not run: it is
+    /// tried again until `PROPOSE_WAIT` has passed, so a management call made just after
+    /// a controller node dies waits out the election instead of failing.
     pub async fn propose(&self, command: Command) -> Result<Reply, ApiError> {
-        self.propose_encoded(encode_command(&command), 0).await
+        let command = encode_command(&command);
+        let deadline = Instant::now() + PROPOSE_WAIT;
+        loop {
+            match self.propose_encoded(command.clone(), 0).await {
+                Ok(reply) => return Ok(reply),
+                Err(Proposing::NotRun(err)) if Instant::now() + RETRY_INTERVAL < deadline => {
+                    tracing::debug!(%err, "controller command not run yet; trying again");
+                    tokio::time::sleep(RETRY_INTERVAL).await;
+                }
+                Err(Proposing::NotRun(err) | Proposing::Failed(err)) => return Err(err),
+            }
+        }
     }
 
-    async fn propose_encoded(&self, command: bytes::Bytes, hops: u32) -> Result<Reply, ApiError> {
+    /// One attempt at running an encoded command: here if this node leads the controller,
+    /// else through the leader (or, on a non-voter, through any voter).
+    async fn propose_encoded(&self, command: bytes::Bytes, hops: u32) -> Result<Reply, Proposing> {
         let targets: Vec<String> = match self.controller() {
             Some(raft) => match raft
                 .client_write(Proposal::Controller(command.clone()))
                 .await
             {
-                Ok(response) => return self.command_reply(response.data).await,
+                Ok(response) => {
+                    return self
+                        .command_reply(response.data)
+                        .await
+                        .map_err(Proposing::Failed);
+                }
                 Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
                     match forward.leader_node {
                         Some(node) => vec![node.addr],
-                        None => return Err(no_controller_leader()),
+                        None => return Err(Proposing::NotRun(no_controller_leader())),
                     }
                 }
-                Err(err) => return Err(ApiError::internal(err.to_string())),
+                Err(err) => return Err(Proposing::Failed(ApiError::internal(err.to_string()))),
             },
             // Not a voter (or a voter that lost its data and has not rejoined yet): any
             // other voter forwards to the leader.
@@ -481,28 +506,29 @@ impl ClusterRuntime {
             }
         };
         if hops >= PROPOSE_HOPS_MAX {
-            return Err(no_controller_leader());
+            return Err(Proposing::NotRun(no_controller_leader()));
         }
         let mut last_error = no_controller_leader();
         for target in targets {
             match self.forward_to(&target, command.clone(), hops).await {
-                Err(Forward::Unreachable(err)) => last_error = err,
-                Err(Forward::Failed(err)) => return Err(err),
+                Err(Proposing::NotRun(err)) => last_error = err,
+                Err(failed @ Proposing::Failed(_)) => return Err(failed),
                 Ok(reply) => return Ok(reply),
             }
         }
-        Err(last_error)
+        Err(Proposing::NotRun(last_error))
     }
 
-    /// Runs a command through the node at `target`; only an unreachable node may be
-    /// retried elsewhere (a reachable one may have run the command).
+    /// Runs a command through the node at `target`; only an unreachable node, or one that
+    /// says it did not run the command, may be retried (a node that answered otherwise may
+    /// have run it).
     async fn forward_to(
         &self,
         target: &str,
         command: bytes::Bytes,
         hops: u32,
-    ) -> Result<Reply, Forward> {
-        let mut client = ClusterClient::new(peer_channel(target).map_err(Forward::Unreachable)?);
+    ) -> Result<Reply, Proposing> {
+        let mut client = ClusterClient::new(peer_channel(target).map_err(Proposing::NotRun)?);
         let reply = client
             .propose(ProposeRequest {
                 command,
@@ -515,22 +541,26 @@ impl ClusterRuntime {
                     format!("controller at {target}: {}", s.message()),
                 );
                 if s.code() == tonic::Code::Unavailable {
-                    Forward::Unreachable(err)
+                    Proposing::NotRun(err)
                 } else {
-                    Forward::Failed(err)
+                    Proposing::Failed(err)
                 }
             })?
             .into_inner();
         match reply.result {
             Some(propose_reply::Result::Reply(bytes)) => {
                 let result = decode_result(&bytes)
-                    .map_err(|e| Forward::Failed(ApiError::internal(e.to_string())))?;
-                result.map_err(|e| Forward::Failed(command_error(e)))
+                    .map_err(|e| Proposing::Failed(ApiError::internal(e.to_string())))?;
+                result.map_err(|e| Proposing::Failed(command_error(e)))
             }
-            Some(propose_reply::Result::Unavailable(message)) => Err(Forward::Failed(
+            Some(propose_reply::Result::Unavailable(message)) => Err(Proposing::Failed(
                 ApiError::new(ErrorReason::Unavailable, message),
             )),
-            None => Err(Forward::Failed(no_controller_leader())),
+            Some(propose_reply::Result::NotRun(message)) => Err(Proposing::NotRun(ApiError::busy(
+                message,
+                Duration::from_secs(1),
+            ))),
+            None => Err(Proposing::Failed(no_controller_leader())),
         }
     }
 
@@ -621,11 +651,12 @@ impl ClusterRuntime {
     }
 }
 
-/// Why forwarding a command failed.
-enum Forward {
-    /// The node could not be reached: the command did not run there.
-    Unreachable(ApiError),
-    /// The node answered (or may have run the command).
+/// Why a controller command failed.
+enum Proposing {
+    /// It did not run: no leader was known, or the node it went to could not be reached
+    /// or had no leader either. Safe to try again.
+    NotRun(ApiError),
+    /// It failed, or may have run (the node it went to answered otherwise).
     Failed(ApiError),
 }
 
@@ -692,12 +723,13 @@ impl Cluster for ClusterService {
     ) -> Result<Response<ProposeReply>, Status> {
         let req = request.into_inner();
         let result = match self.runtime.propose_encoded(req.command, req.hops).await {
+            Err(Proposing::NotRun(err)) => propose_reply::Result::NotRun(err.message),
             Ok(reply) => propose_reply::Result::Reply(
                 postcard::to_allocvec(&Ok::<Reply, crate::controller::state::CommandError>(reply))
                     .expect("replies encode")
                     .into(),
             ),
-            Err(err) => match ErrorKind::from_reason(err.reason) {
+            Err(Proposing::Failed(err)) => match ErrorKind::from_reason(err.reason) {
                 Some(kind) => propose_reply::Result::Reply(
                     postcard::to_allocvec(&Err::<Reply, _>(
                         crate::controller::state::CommandError {
