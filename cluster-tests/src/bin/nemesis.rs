@@ -139,6 +139,10 @@ async fn main() -> ExitCode {
         }
     }
     let mut reports: Vec<(RunReport, bool)> = Vec::new();
+    let interrupted = interruption();
+    tokio::pin!(interrupted);
+    let mut stopped_by: Option<&str> = None;
+    let total = plans.len();
     for (i, (kinds, time, image, broken)) in plans.into_iter().enumerate() {
         let run_dir = args
             .dir
@@ -146,9 +150,36 @@ async fn main() -> ExitCode {
         let mut config = RunConfig::new(kinds, time, seed, run_dir);
         config.image = image;
         config.nodes = usize::from(args.nodes);
-        eprintln!("=== run {} ===", i + 1);
-        match run(config).await {
+        eprintln!("=== run {} of {total} ===", i + 1);
+        // Ctrl-C or SIGTERM ends the run in progress: dropping it removes its containers,
+        // network and data mounts, and the runs finished so far are still summed up.
+        let outcome = tokio::select! {
+            outcome = run(config) => outcome,
+            signal = &mut interrupted => {
+                eprintln!(
+                    "nemesis: {signal} during run {} (seed {seed}): its containers, network and \
+                     data mounts were removed; the runs finished before it follow",
+                    i + 1
+                );
+                stopped_by = Some(signal);
+                break;
+            }
+        };
+        match outcome {
             Ok(report) => {
+                eprintln!(
+                    "run {} of {total} (seed {}, {}): {}: {} acknowledged, {} indeterminate, {} lost, \
+                     {} violations, {} incidents",
+                    i + 1,
+                    report.seed,
+                    report.nemesis_names(),
+                    if report.passed() { "ok" } else { "FAILED" },
+                    report.check.acked_events,
+                    report.check.indeterminate_events,
+                    report.check.lost,
+                    report.check.violations.len(),
+                    report.incidents.len(),
+                );
                 let expect_violations = broken || args.expect_violations;
                 if report.passed() == expect_violations || broken {
                     eprintln!("{}", failure_details(&report));
@@ -186,9 +217,28 @@ async fn main() -> ExitCode {
             ok = false;
         }
     }
-    if ok {
+    if stopped_by.is_some() {
+        // As a shell reports a command ended by SIGINT.
+        ExitCode::from(130)
+    } else if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// Resolves with the signal's name on the first SIGINT or SIGTERM.
+async fn interruption() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        // Without handlers the default action (exit) stands; never resolve.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => "interrupted (SIGINT)",
+        _ = term.recv() => "terminated (SIGTERM)",
     }
 }
