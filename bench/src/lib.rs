@@ -8,6 +8,7 @@
 //! the client's `CliCommand` cannot include it.)
 
 mod checkpoints;
+mod consume;
 mod failover;
 mod load;
 mod metrics;
@@ -15,14 +16,14 @@ mod report;
 
 pub use checkpoints::{CheckpointsArgs, CheckpointsReport};
 pub use failover::{FailoverArgs, FailoverReport};
+pub use load::KeyDistribution;
 pub use report::{BenchReport, LatencyReport};
 
 use std::time::Duration;
 
 use anyhow::Context as _;
-use bytes::Bytes;
 use tokio::time::Instant;
-use tributary_client::{Client, ClientError, ErrorReason, EventData};
+use tributary_client::{Client, ClientError, ErrorReason};
 
 /// Connections the producers are spread over; one HTTP/2 connection per few dozen producers
 /// keeps the client from being the bottleneck.
@@ -47,6 +48,31 @@ pub struct BenchArgs {
     /// Events per send request.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub batch_size: u32,
+    /// Replicas of each partition of the hub the bench creates (default: the cluster's,
+    /// 3 or the number of nodes if fewer).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub replication_factor: Option<u32>,
+    /// Target rate in events per second over all producers, each sending on a fixed
+    /// schedule (latency counts from when a send was due). Without it, every producer sends
+    /// as fast as replies come (the maximum rate).
+    #[arg(long, value_parser = positive_rate)]
+    pub rate: Option<f64>,
+    /// How sends pick their partition.
+    #[arg(long, value_enum, default_value_t = KeyDistribution::Partition)]
+    pub key_distribution: KeyDistribution,
+    /// Distinct keys with --key-distribution random-key.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub key_count: u32,
+    /// Consumer connections reading every partition from the latest position while the
+    /// producers send; they measure end-to-end latency (send to delivery) from the send
+    /// time written into each body's first 8 bytes (so --event-size must be at least 8).
+    /// 0: no consumers.
+    #[arg(long, default_value_t = 0)]
+    pub consumers: u32,
+    /// Also append the report as one CSV row to this file (with a header line first when
+    /// the file is new or empty).
+    #[arg(long)]
+    pub csv: Option<std::path::PathBuf>,
     /// How long to send, e.g. 10s, 1m.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub duration: Duration,
@@ -92,35 +118,21 @@ pub async fn main(endpoint: &str, args: BenchArgs, json: bool) -> anyhow::Result
 /// Runs the bench against the node at `endpoint` and prints the report on stdout: a table,
 /// or one JSON object if `json`. Progress notes go to stderr.
 pub async fn run(endpoint: &str, args: BenchArgs, json: bool) -> anyhow::Result<BenchReport> {
+    if args.consumers > 0 && args.event_size < load::TIMESTAMP_BYTES {
+        anyhow::bail!(
+            "--consumers measure end-to-end latency from a send time in each body's first {} \
+             bytes: use --event-size {} or more, or --consumers 0",
+            load::TIMESTAMP_BYTES,
+            load::TIMESTAMP_BYTES
+        );
+    }
     let connections = args.producers.min(CONNECTIONS_MAX);
     let mut clients = Vec::with_capacity(connections as usize);
     for _ in 0..connections {
         clients.push(Client::connect(endpoint).await?);
     }
     let hub = prepare_hub(&clients[0], &args).await?;
-    eprintln!(
-        "sending to '{}' ({} partitions) from {} producers for {}...",
-        hub.name,
-        hub.partition_ids.len(),
-        args.producers,
-        humantime::format_duration(args.duration)
-    );
-
-    let fsyncs_before = read_fsyncs(&args.metrics_url).await;
-    let before_at = Instant::now();
-    let body = Bytes::from(vec![b'x'; args.event_size]);
-    let outcome = load::run(load::Load {
-        clients: clients.clone(),
-        hub: hub.name.clone(),
-        partition_ids: hub.partition_ids.clone(),
-        producers: args.producers,
-        batch: vec![EventData::from_body(body); args.batch_size as usize],
-        duration: args.duration,
-    })
-    .await;
-    let fsyncs_after = read_fsyncs(&args.metrics_url).await;
-    let metrics_window = before_at.elapsed();
-
+    let outcome = measure(endpoint, &clients, &hub, &args).await;
     if hub.created
         && !args.keep
         && let Err(error) = clients[0].delete_event_hub(&hub.name).await
@@ -130,8 +142,75 @@ pub async fn run(endpoint: &str, args: BenchArgs, json: bool) -> anyhow::Result<
             hub.name
         );
     }
+    let report = outcome?;
+    if json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{}", report.to_table());
+    }
+    if let Some(path) = &args.csv {
+        report::append_csv(path, &report)
+            .with_context(|| format!("cannot append the report to {}", path.display()))?;
+    }
+    Ok(report)
+}
+
+/// Runs the consumers (if any) and the producers against `hub` and measures them.
+async fn measure(
+    endpoint: &str,
+    clients: &[Client],
+    hub: &BenchHub,
+    args: &BenchArgs,
+) -> anyhow::Result<BenchReport> {
+    let consumers = if args.consumers > 0 {
+        Some(
+            consume::Consumers::start(endpoint, &hub.name, &hub.partition_ids, args.consumers)
+                .await
+                .with_context(|| format!("cannot start reading '{}'", hub.name))?,
+        )
+    } else {
+        None
+    };
+    eprintln!(
+        "sending to '{}' ({} partitions, replication factor {}) from {} producers{} for {}...",
+        hub.name,
+        hub.partition_ids.len(),
+        hub.replication_factor,
+        args.producers,
+        args.rate
+            .map_or_else(String::new, |rate| format!(" at {rate:.0} events/s")),
+        humantime::format_duration(args.duration)
+    );
+
+    let fsyncs_before = read_fsyncs(&args.metrics_url).await;
+    let before_at = Instant::now();
+    let outcome = load::run(load::Load {
+        clients: clients.to_vec(),
+        hub: hub.name.clone(),
+        partition_ids: hub.partition_ids.clone(),
+        producers: args.producers,
+        batch_size: args.batch_size,
+        event_size: args.event_size,
+        duration: args.duration,
+        rate: args.rate,
+        keys: args.key_distribution,
+        key_count: args.key_count,
+        timestamps: consumers.is_some(),
+    })
+    .await;
+    let fsyncs_after = read_fsyncs(&args.metrics_url).await;
+    let metrics_window = before_at.elapsed();
     let outcome =
         outcome.with_context(|| format!("a producer failed while sending to '{}'", hub.name))?;
+    let consumed = match consumers {
+        Some(consumers) => Some(
+            consumers
+                .finish(outcome.sends * u64::from(args.batch_size), CONSUMER_GRACE)
+                .await
+                .with_context(|| format!("a consumer failed while reading '{}'", hub.name))?,
+        ),
+        None => None,
+    };
 
     let fsyncs = match (fsyncs_before, fsyncs_after) {
         (Ok(before), Ok(Some(after))) => {
@@ -144,29 +223,41 @@ pub async fn run(endpoint: &str, args: BenchArgs, json: bool) -> anyhow::Result<
         )),
         (Err(error), _) | (_, Err(error)) => Err(format!("{error:#}")),
     };
-    let report = BenchReport::from_measurements(report::Measurements {
-        hub: hub.name,
+    Ok(BenchReport::from_measurements(report::Measurements {
+        hub: hub.name.clone(),
         partitions: hub.partition_ids.len() as u32,
+        replication_factor: hub.replication_factor,
         producers: args.producers,
         event_size_bytes: args.event_size,
         batch_size: args.batch_size,
+        target_events_per_second: args.rate,
+        key_distribution: args.key_distribution,
+        consumers: args.consumers,
         elapsed_seconds: outcome.elapsed.as_secs_f64(),
         sends: outcome.sends,
         errors: outcome.errors,
         latency_us: outcome.latency_us,
+        consumed: consumed.map(|c| (c.events_received, c.latency_us)),
         fsyncs,
-    });
-    if json {
-        println!("{}", report.to_json());
-    } else {
-        print!("{}", report.to_table());
+    }))
+}
+
+/// How long consumers may take, once the producers stop, to receive what was sent.
+const CONSUMER_GRACE: Duration = Duration::from_secs(10);
+
+fn positive_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if rate.is_finite() && rate > 0.0 => Ok(rate),
+        _ => Err(format!(
+            "'{text}' is not a rate: give events per second, a number above 0"
+        )),
     }
-    Ok(report)
 }
 
 struct BenchHub {
     name: String,
     partition_ids: Vec<String>,
+    replication_factor: u32,
     /// Whether this run created it (and so may delete it).
     created: bool,
 }
@@ -184,12 +275,13 @@ async fn prepare_hub(client: &Client, args: &BenchArgs) -> anyhow::Result<BenchH
         Some(hub) => (hub, false),
         None => {
             let hub = client
-                .create_event_hub(&name, args.partitions, None)
+                .create_replicated_event_hub(&name, args.partitions, None, args.replication_factor)
                 .await
                 .with_context(|| format!("cannot create the bench hub '{name}'"))?;
             (hub, true)
         }
     };
+    let replication_factor = properties.replication_factor;
     let mut partition_ids = properties.partition_ids;
     if partition_ids.is_empty() {
         partition_ids = (0..properties.partition_count)
@@ -204,6 +296,7 @@ async fn prepare_hub(client: &Client, args: &BenchArgs) -> anyhow::Result<BenchH
     Ok(BenchHub {
         name,
         partition_ids,
+        replication_factor,
         created,
     })
 }

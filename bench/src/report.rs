@@ -5,6 +5,8 @@ use std::fmt::Write as _;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use crate::load::KeyDistribution;
+
 /// Bytes in a megabyte for the rates we print (decimal, as network rates are).
 const BYTES_PER_MB: f64 = 1_000_000.0;
 
@@ -12,9 +14,15 @@ const BYTES_PER_MB: f64 = 1_000_000.0;
 pub struct BenchReport {
     pub hub: String,
     pub partitions: u32,
+    pub replication_factor: u32,
     pub producers: u32,
     pub event_size_bytes: usize,
     pub batch_size: u32,
+    /// The `--rate` asked for; `None`: as fast as replies came.
+    pub target_events_per_second: Option<f64>,
+    pub key_distribution: KeyDistribution,
+    /// Consumer connections (0: end-to-end latency not measured).
+    pub consumers: u32,
     /// Wall time from the first send to the last reply.
     pub elapsed_seconds: f64,
     /// Events acknowledged by the service.
@@ -26,8 +34,12 @@ pub struct BenchReport {
     pub events_per_second: f64,
     pub megabytes_per_second: f64,
     pub sends_per_second: f64,
-    /// Send latency of acknowledged sends.
+    /// Send latency of acknowledged sends (from when each was due, with `--rate`).
     pub latency_ms: LatencyReport,
+    /// Events the consumers received.
+    pub events_received: Option<u64>,
+    /// From send to delivery to a consumer; `None` without consumers.
+    pub end_to_end_latency_ms: Option<LatencyReport>,
     /// Storage fsyncs per second on the node behind `--metrics-url`; `None` when unavailable.
     pub fsyncs_per_second: Option<f64>,
     /// sends/s ÷ fsyncs/s: how many sends shared one fsync.
@@ -49,14 +61,20 @@ pub struct LatencyReport {
 pub(crate) struct Measurements {
     pub(crate) hub: String,
     pub(crate) partitions: u32,
+    pub(crate) replication_factor: u32,
     pub(crate) producers: u32,
     pub(crate) event_size_bytes: usize,
     pub(crate) batch_size: u32,
+    pub(crate) target_events_per_second: Option<f64>,
+    pub(crate) key_distribution: KeyDistribution,
+    pub(crate) consumers: u32,
     pub(crate) elapsed_seconds: f64,
     pub(crate) sends: u64,
     pub(crate) errors: u64,
     /// Send latencies in microseconds.
     pub(crate) latency_us: Histogram<u64>,
+    /// Events the consumers received and their end-to-end latencies in microseconds.
+    pub(crate) consumed: Option<(u64, Histogram<u64>)>,
     /// fsyncs during the run and the seconds between the two metric reads, or why unknown.
     pub(crate) fsyncs: Result<(f64, f64), String>,
 }
@@ -66,13 +84,7 @@ impl BenchReport {
         let elapsed = m.elapsed_seconds.max(f64::EPSILON);
         let events_sent = m.sends * u64::from(m.batch_size);
         let sends_per_second = m.sends as f64 / elapsed;
-        let ms = |us: u64| us as f64 / 1000.0;
-        let latency_ms = LatencyReport {
-            p50: ms(m.latency_us.value_at_quantile(0.5)),
-            p99: ms(m.latency_us.value_at_quantile(0.99)),
-            p999: ms(m.latency_us.value_at_quantile(0.999)),
-            max: ms(m.latency_us.max()),
-        };
+        let latency_ms = LatencyReport::of(&m.latency_us);
         let (fsyncs_per_second, fsyncs_unavailable_reason) = match m.fsyncs {
             Ok((fsyncs, seconds)) => (Some(fsyncs / seconds.max(f64::EPSILON)), None),
             Err(reason) => (None, Some(reason)),
@@ -83,9 +95,13 @@ impl BenchReport {
         BenchReport {
             hub: m.hub,
             partitions: m.partitions,
+            replication_factor: m.replication_factor,
             producers: m.producers,
             event_size_bytes: m.event_size_bytes,
             batch_size: m.batch_size,
+            target_events_per_second: m.target_events_per_second,
+            key_distribution: m.key_distribution,
+            consumers: m.consumers,
             elapsed_seconds: m.elapsed_seconds,
             events_sent,
             sends: m.sends,
@@ -96,6 +112,12 @@ impl BenchReport {
                 / elapsed,
             sends_per_second,
             latency_ms,
+            events_received: m.consumed.as_ref().map(|(received, _)| *received),
+            end_to_end_latency_ms: m
+                .consumed
+                .as_ref()
+                .filter(|(received, _)| *received > 0)
+                .map(|(_, latency_us)| LatencyReport::of(latency_us)),
             fsyncs_per_second,
             sends_per_fsync,
             fsyncs_unavailable_reason,
@@ -116,16 +138,32 @@ impl BenchReport {
         let ratio = self
             .sends_per_fsync
             .map_or_else(|| "unavailable".to_owned(), |r| format!("{r:.1}"));
+        let end_to_end = match (&self.end_to_end_latency_ms, self.events_received) {
+            (Some(l), Some(received)) => format!(
+                "p50 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}  ({received} events received)",
+                l.p50, l.p99, l.p999, l.max
+            ),
+            (None, Some(_)) => "no events received".to_owned(),
+            _ => "not measured (--consumers 0)".to_owned(),
+        };
         let rows = [
             (
                 "hub",
-                format!("{} ({} partitions)", self.hub, self.partitions),
+                format!(
+                    "{} ({} partitions, replication factor {})",
+                    self.hub, self.partitions, self.replication_factor
+                ),
             ),
             (
                 "load",
                 format!(
-                    "{} producers, {} events of {} B per send",
-                    self.producers, self.batch_size, self.event_size_bytes
+                    "{} producers, {} events of {} B per send, {}, keys: {}",
+                    self.producers,
+                    self.batch_size,
+                    self.event_size_bytes,
+                    self.target_events_per_second
+                        .map_or_else(|| "max rate".to_owned(), |r| format!("{r:.0} events/s")),
+                    self.key_distribution.name()
                 ),
             ),
             ("elapsed", format!("{:.2}s", self.elapsed_seconds)),
@@ -140,6 +178,7 @@ impl BenchReport {
                     l.p50, l.p99, l.p999, l.max
                 ),
             ),
+            ("end-to-end latency (ms)", end_to_end),
             ("fsyncs/s", fsyncs),
             ("sends/s ÷ fsyncs/s", ratio),
             ("errors", self.errors.to_string()),
@@ -158,6 +197,78 @@ impl BenchReport {
     }
 }
 
+impl LatencyReport {
+    fn of(latency_us: &Histogram<u64>) -> LatencyReport {
+        let ms = |us: u64| us as f64 / 1000.0;
+        LatencyReport {
+            p50: ms(latency_us.value_at_quantile(0.5)),
+            p99: ms(latency_us.value_at_quantile(0.99)),
+            p999: ms(latency_us.value_at_quantile(0.999)),
+            max: ms(latency_us.max()),
+        }
+    }
+}
+
+/// Columns of the CSV form, in order.
+const CSV_HEADER: &str = "hub,partitions,replication_factor,producers,event_size_bytes,\
+batch_size,target_events_per_second,key_distribution,consumers,elapsed_seconds,events_sent,\
+sends,errors,events_per_second,megabytes_per_second,sends_per_second,latency_p50_ms,\
+latency_p99_ms,latency_p999_ms,latency_max_ms,events_received,end_to_end_p50_ms,\
+end_to_end_p99_ms,end_to_end_p999_ms,end_to_end_max_ms,fsyncs_per_second,sends_per_fsync";
+
+impl BenchReport {
+    /// The report as one CSV line (no newline); empty fields where a figure is unknown.
+    pub fn to_csv_row(&self) -> String {
+        let opt = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v}"));
+        let e2e = self.end_to_end_latency_ms;
+        [
+            self.hub.clone(),
+            self.partitions.to_string(),
+            self.replication_factor.to_string(),
+            self.producers.to_string(),
+            self.event_size_bytes.to_string(),
+            self.batch_size.to_string(),
+            opt(self.target_events_per_second),
+            self.key_distribution.name().to_owned(),
+            self.consumers.to_string(),
+            format!("{}", self.elapsed_seconds),
+            self.events_sent.to_string(),
+            self.sends.to_string(),
+            self.errors.to_string(),
+            format!("{}", self.events_per_second),
+            format!("{}", self.megabytes_per_second),
+            format!("{}", self.sends_per_second),
+            format!("{}", self.latency_ms.p50),
+            format!("{}", self.latency_ms.p99),
+            format!("{}", self.latency_ms.p999),
+            format!("{}", self.latency_ms.max),
+            self.events_received
+                .map_or_else(String::new, |r| r.to_string()),
+            opt(e2e.map(|l| l.p50)),
+            opt(e2e.map(|l| l.p99)),
+            opt(e2e.map(|l| l.p999)),
+            opt(e2e.map(|l| l.max)),
+            opt(self.fsyncs_per_second),
+            opt(self.sends_per_fsync),
+        ]
+        .join(",")
+    }
+}
+
+/// Appends `report` to the CSV file at `path`, writing the header first if the file is
+/// new or empty.
+pub(crate) fn append_csv(path: &std::path::Path, report: &BenchReport) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    if file.metadata()?.len() == 0 {
+        writeln!(file, "{CSV_HEADER}")?;
+    }
+    writeln!(file, "{}", report.to_csv_row())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,9 +281,14 @@ mod tests {
         Measurements {
             hub: "bench-1".into(),
             partitions: 4,
+            replication_factor: 3,
             producers: 8,
             event_size_bytes: 1000,
             batch_size: 10,
+            target_events_per_second: None,
+            key_distribution: KeyDistribution::Partition,
+            consumers: 0,
+            consumed: None,
             elapsed_seconds: 2.0,
             sends: 1000,
             errors: 0,
@@ -194,7 +310,12 @@ mod tests {
         assert!((report.latency_ms.max - 1.0).abs() < 0.01);
         let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
         assert_eq!(json["sends_per_fsync"], 5.0);
-        assert!(report.to_table().contains("sends/s ÷ fsyncs/s  5.0"));
+        let table = report.to_table();
+        let ratio_line = table
+            .lines()
+            .find(|line| line.starts_with("sends/s ÷ fsyncs/s"))
+            .unwrap_or_else(|| panic!("no ratio row: {table}"));
+        assert_eq!(ratio_line.split_whitespace().last(), Some("5.0"), "{table}");
     }
 
     #[test]
@@ -210,5 +331,66 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
         assert_eq!(json["fsyncs_per_second"], serde_json::Value::Null);
         assert_eq!(json["fsyncs_unavailable_reason"], "connection refused");
+    }
+
+    #[test]
+    fn end_to_end_latency_and_csv_rows_follow_the_header() {
+        let mut m = measurements(Ok((250.0, 2.5)));
+        let mut e2e = Histogram::new_with_bounds(1, 60_000_000, 3).unwrap();
+        for us in [2_000, 4_000, 6_000] {
+            e2e.record(us).unwrap();
+        }
+        m.consumers = 2;
+        m.consumed = Some((3, e2e));
+        m.target_events_per_second = Some(500.0);
+        let report = BenchReport::from_measurements(m);
+        let l = report
+            .end_to_end_latency_ms
+            .expect("measured with consumers");
+        assert!(
+            (l.p50 - 4.0).abs() < 0.01 && (l.max - 6.0).abs() < 0.01,
+            "{l:?}"
+        );
+        assert!(report.to_table().contains("(3 events received)"));
+        assert!(report.to_table().contains("500 events/s"));
+        let row = report.to_csv_row();
+        let header: Vec<&str> = CSV_HEADER.split(',').collect();
+        let fields: Vec<&str> = row.split(',').collect();
+        assert_eq!(fields.len(), header.len(), "{row}");
+        let field = |name: &str| fields[header.iter().position(|h| *h == name).unwrap()];
+        assert_eq!(field("events_received"), "3");
+        assert_eq!(field("target_events_per_second"), "500");
+        assert_eq!(field("key_distribution"), "partition");
+        let max: f64 = field("end_to_end_max_ms").parse().unwrap();
+        assert!((max - 6.0).abs() < 0.01, "{row}");
+
+        // Without consumers the end-to-end columns stay empty.
+        let report = BenchReport::from_measurements(measurements(Ok((250.0, 2.5))));
+        assert!(report.end_to_end_latency_ms.is_none());
+        let row = report.to_csv_row();
+        let fields: Vec<&str> = row.split(',').collect();
+        assert_eq!(
+            fields[header
+                .iter()
+                .position(|h| *h == "end_to_end_p50_ms")
+                .unwrap()],
+            ""
+        );
+        assert!(report.to_table().contains("not measured (--consumers 0)"));
+    }
+
+    #[test]
+    fn csv_file_gets_one_header_then_a_row_per_report() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.csv");
+        let report = BenchReport::from_measurements(measurements(Ok((250.0, 2.5))));
+        append_csv(&path, &report).unwrap();
+        append_csv(&path, &report).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            [CSV_HEADER, &report.to_csv_row(), &report.to_csv_row()]
+        );
     }
 }

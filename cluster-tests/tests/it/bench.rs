@@ -57,6 +57,80 @@ async fn bench_shows_group_commit() {
     let client = Client::connect(&node.endpoint()).await.unwrap();
     let hubs = client.list_event_hubs().await.unwrap();
     assert!(hubs.is_empty(), "the bench's hub is gone: {hubs:?}");
+
+    // At a fixed rate, with keyed sends and consumers: the schedule bounds what is sent,
+    // every event sent is delivered and timed end to end, and a CSV row is appended.
+    let csv = dir.path().join("runs.csv");
+    let stdout = cli_ok(
+        &node.endpoint(),
+        &[
+            "bench",
+            "--partitions",
+            "4",
+            "--replication-factor",
+            "1",
+            "--producers",
+            "4",
+            "--rate",
+            "200",
+            "--duration",
+            "2s",
+            "--key-distribution",
+            "random-key",
+            "--consumers",
+            "2",
+            "--csv",
+            csv.to_str().unwrap(),
+            "--output",
+            "json",
+        ],
+    )
+    .await;
+    let report: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("bench --output json prints one JSON object ({e}): {stdout}"));
+    eprintln!("bench report at a rate: {report}");
+    let sent = report["events_sent"].as_u64().unwrap();
+    // 4 producers, each one send every 20 ms for 2 s: at most 400 (one more each at the
+    // start of its schedule).
+    assert!(
+        sent > 0 && sent <= 404,
+        "the rate bounds the sends: {report}"
+    );
+    assert_eq!(report["events_received"], sent, "{report}");
+    assert_eq!(report["replication_factor"], 1, "{report}");
+    assert_eq!(report["key_distribution"], "random-key", "{report}");
+    assert_eq!(report["target_events_per_second"], 200.0, "{report}");
+    let e2e = &report["end_to_end_latency_ms"];
+    assert!(
+        e2e["p50"].as_f64().unwrap() > 0.0
+            && e2e["p99"].as_f64().unwrap() >= e2e["p50"].as_f64().unwrap(),
+        "end-to-end latency is measured: {report}"
+    );
+    let rows = std::fs::read_to_string(&csv).unwrap();
+    let lines: Vec<&str> = rows.lines().collect();
+    assert_eq!(lines.len(), 2, "a header and one row: {rows}");
+    assert!(
+        lines[0].starts_with("hub,partitions,replication_factor"),
+        "{rows}"
+    );
+
+    // Consumers need room for the send time in each body: a clear error, nothing sent.
+    let output = tributary_cluster_tests::cli(
+        &node.endpoint(),
+        &[
+            "bench",
+            "--consumers",
+            "1",
+            "--event-size",
+            "4",
+            "--duration",
+            "1s",
+        ],
+    )
+    .await;
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--event-size 8 or more"), "{stderr}");
 }
 
 /// `tributary bench checkpoints` on a small scale: every phase reports, the backlog is

@@ -1,0 +1,117 @@
+//! The consumers of a bench run: readers over the hub's partitions, from the latest
+//! position, that time each event from its send (the time the producer wrote into the
+//! body's first bytes) to its delivery: end-to-end latency.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use hdrhistogram::Histogram;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tributary_client::{Client, ClientError, EventPosition};
+
+use crate::load::{LATENCY_US_MAX, TIMESTAMP_BYTES, new_histogram, unix_micros};
+
+/// Readers that run until [`Consumers::finish`].
+pub(crate) struct Consumers {
+    tasks: JoinSet<Result<Histogram<u64>, ClientError>>,
+    received: Arc<AtomicU64>,
+    stop: watch::Sender<bool>,
+}
+
+/// What all consumers together saw.
+pub(crate) struct ConsumeOutcome {
+    pub(crate) events_received: u64,
+    pub(crate) latency_us: Histogram<u64>,
+}
+
+impl Consumers {
+    /// Opens one reader per partition, spread over `consumers` connections, each from the
+    /// latest position; returns once every reader is open, so what is sent after is seen.
+    pub(crate) async fn start(
+        endpoint: &str,
+        hub: &str,
+        partition_ids: &[String],
+        consumers: u32,
+    ) -> Result<Consumers, ClientError> {
+        let mut clients = Vec::new();
+        for _ in 0..consumers.max(1) {
+            clients.push(Client::connect(endpoint).await?);
+        }
+        let (stop, stopped) = watch::channel(false);
+        let received = Arc::new(AtomicU64::new(0));
+        let mut tasks = JoinSet::new();
+        for (index, partition) in partition_ids.iter().enumerate() {
+            let client = &clients[index % clients.len()];
+            let mut stream = client
+                .consumer()
+                .receive(hub, "", partition, EventPosition::Latest, 0)
+                .await?;
+            let mut stopped = stopped.clone();
+            let received = received.clone();
+            tasks.spawn(async move {
+                let mut latency_us = new_histogram();
+                loop {
+                    let batch = tokio::select! {
+                        _ = stopped.wait_for(|stop| *stop) => break,
+                        batch = stream.next() => batch,
+                    };
+                    let Some(batch) = batch else { break };
+                    let batch = batch?;
+                    let now = unix_micros();
+                    for event in &batch {
+                        if let Some(sent) = event.body.get(..TIMESTAMP_BYTES) {
+                            let sent = u64::from_le_bytes(sent.try_into().expect("8 bytes"));
+                            latency_us.saturating_record(
+                                now.saturating_sub(sent).clamp(1, LATENCY_US_MAX),
+                            );
+                        }
+                    }
+                    received.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                }
+                Ok(latency_us)
+            });
+        }
+        Ok(Consumers {
+            tasks,
+            received,
+            stop,
+        })
+    }
+
+    /// Waits until `sent` events have been received or `grace` has passed, then stops the
+    /// readers and sums up what they saw.
+    pub(crate) async fn finish(
+        mut self,
+        sent: u64,
+        grace: Duration,
+    ) -> Result<ConsumeOutcome, ClientError> {
+        let give_up = Instant::now() + grace;
+        while self.received.load(Ordering::Relaxed) < sent && Instant::now() < give_up {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.stop.send_replace(true);
+        let mut latency_us = new_histogram();
+        let mut first_error = None;
+        while let Some(joined) = self.tasks.join_next().await {
+            match joined.expect("a consumer task panicked") {
+                Ok(histogram) => latency_us
+                    .add(&histogram)
+                    .expect("histograms with equal bounds merge"),
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        match first_error {
+            Some(error) => Err(error),
+            None => Ok(ConsumeOutcome {
+                events_received: self.received.load(Ordering::Relaxed),
+                latency_us,
+            }),
+        }
+    }
+}
