@@ -84,11 +84,17 @@ pub struct BenchArgs {
     /// Keep the hub the bench created.
     #[arg(long)]
     pub keep: bool,
-    /// Prometheus endpoint of the node whose fsyncs to count
-    /// (`tributary_storage_fsyncs_total`); if it cannot be read, fsyncs/s is reported as
-    /// unavailable.
-    #[arg(long, default_value = "http://127.0.0.1:7402/metrics")]
-    pub metrics_url: String,
+    /// Prometheus endpoints of the nodes to watch, comma-separated (one per node of the
+    /// cluster): their fsyncs are summed (`tributary_storage_fsyncs_total`), and each
+    /// node's CPU (% of one core) and resident memory are reported
+    /// (`process_cpu_seconds_total`, `process_resident_memory_bytes`). A figure that cannot
+    /// be read is reported as unavailable, with why.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:7402/metrics"
+    )]
+    pub metrics_url: Vec<String>,
 }
 
 #[derive(Debug, Clone, clap::Subcommand)]
@@ -182,7 +188,7 @@ async fn measure(
         humantime::format_duration(args.duration)
     );
 
-    let fsyncs_before = read_fsyncs(&args.metrics_url).await;
+    let before = sample_nodes(&args.metrics_url).await;
     let before_at = Instant::now();
     let outcome = load::run(load::Load {
         clients: clients.to_vec(),
@@ -198,8 +204,8 @@ async fn measure(
         timestamps: consumers.is_some(),
     })
     .await;
-    let fsyncs_after = read_fsyncs(&args.metrics_url).await;
-    let metrics_window = before_at.elapsed();
+    let after = sample_nodes(&args.metrics_url).await;
+    let metrics_window = before_at.elapsed().as_secs_f64();
     let outcome =
         outcome.with_context(|| format!("a producer failed while sending to '{}'", hub.name))?;
     let consumed = match consumers {
@@ -212,17 +218,14 @@ async fn measure(
         None => None,
     };
 
-    let fsyncs = match (fsyncs_before, fsyncs_after) {
-        (Ok(before), Ok(Some(after))) => {
-            Ok((after - before.unwrap_or(0.0), metrics_window.as_secs_f64()))
-        }
-        (Ok(_), Ok(None)) => Err(format!(
-            "{} has no {}",
-            args.metrics_url,
-            metrics::FSYNCS_METRIC
-        )),
-        (Err(error), _) | (_, Err(error)) => Err(format!("{error:#}")),
-    };
+    let fsyncs =
+        fsyncs_between(&args.metrics_url, &before, &after).map(|fsyncs| (fsyncs, metrics_window));
+    let nodes = args
+        .metrics_url
+        .iter()
+        .zip(before.iter().zip(&after))
+        .map(|(url, (before, after))| node_usage(url, before, after, metrics_window))
+        .collect();
     Ok(BenchReport::from_measurements(report::Measurements {
         hub: hub.name.clone(),
         partitions: hub.partition_ids.len() as u32,
@@ -239,6 +242,7 @@ async fn measure(
         latency_us: outcome.latency_us,
         consumed: consumed.map(|c| (c.events_received, c.latency_us)),
         fsyncs,
+        nodes,
     }))
 }
 
@@ -301,7 +305,141 @@ async fn prepare_hub(client: &Client, args: &BenchArgs) -> anyhow::Result<BenchH
     })
 }
 
-/// The counter's value, `Ok(None)` if the page lacks it, `Err` if the page cannot be read.
-async fn read_fsyncs(metrics_url: &str) -> anyhow::Result<Option<f64>> {
-    metrics::fetch_counter(metrics_url, metrics::FSYNCS_METRIC).await
+/// One read of every node's metrics page, in order.
+async fn sample_nodes(urls: &[String]) -> Vec<Result<metrics::NodeSample, String>> {
+    let reads = urls.iter().map(|url| async move {
+        metrics::sample(url)
+            .await
+            .map_err(|error| format!("{error:#}"))
+    });
+    futures::future::join_all(reads).await
+}
+
+/// fsyncs between two reads, summed over the nodes; why not, if any node's is unknown.
+fn fsyncs_between(
+    urls: &[String],
+    before: &[Result<metrics::NodeSample, String>],
+    after: &[Result<metrics::NodeSample, String>],
+) -> Result<f64, String> {
+    let mut total = 0.0;
+    for (url, (before, after)) in urls.iter().zip(before.iter().zip(after)) {
+        let (before, after) = match (before, after) {
+            (Ok(before), Ok(after)) => (before, after),
+            (Err(error), _) | (_, Err(error)) => return Err(error.clone()),
+        };
+        match after.fsyncs {
+            // A counter appears once first incremented: absent before means 0.
+            Some(after) => total += after - before.fsyncs.unwrap_or(0.0),
+            None => return Err(format!("{url} has no {}", metrics::FSYNCS_METRIC)),
+        }
+    }
+    Ok(total)
+}
+
+/// A node's CPU use over the run and its resident memory at the end.
+fn node_usage(
+    url: &str,
+    before: &Result<metrics::NodeSample, String>,
+    after: &Result<metrics::NodeSample, String>,
+    seconds: f64,
+) -> report::NodeUsage {
+    let (before, after) = match (before, after) {
+        (Ok(before), Ok(after)) => (before, after),
+        (Err(error), _) | (_, Err(error)) => {
+            return report::NodeUsage::unavailable(url, error.clone());
+        }
+    };
+    let cpu_percent = before
+        .cpu_seconds
+        .zip(after.cpu_seconds)
+        .map(|(before, after)| (after - before) / seconds.max(f64::EPSILON) * 100.0);
+    let resident_mib = after.resident_bytes.map(|b| b / (1024.0 * 1024.0));
+    let missing = match (cpu_percent, resident_mib) {
+        (None, None) => Some(format!(
+            "{url} has neither {} nor {}",
+            metrics::CPU_METRIC,
+            metrics::RSS_METRIC
+        )),
+        (None, Some(_)) => Some(format!("{url} has no {}", metrics::CPU_METRIC)),
+        (Some(_), None) => Some(format!("{url} has no {}", metrics::RSS_METRIC)),
+        (Some(_), Some(_)) => None,
+    };
+    report::NodeUsage {
+        metrics_url: url.to_owned(),
+        cpu_percent,
+        resident_mib,
+        unavailable_reason: missing,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use metrics::NodeSample;
+
+    fn sample(fsyncs: Option<f64>, cpu: Option<f64>, rss: Option<f64>) -> NodeSample {
+        NodeSample {
+            fsyncs,
+            cpu_seconds: cpu,
+            resident_bytes: rss,
+        }
+    }
+
+    #[test]
+    fn fsyncs_are_summed_over_nodes_and_unknown_if_any_is() {
+        let urls = vec!["http://a/metrics".to_owned(), "http://b/metrics".to_owned()];
+        let before = vec![
+            Ok(sample(None, None, None)),
+            Ok(sample(Some(10.0), None, None)),
+        ];
+        let after = vec![
+            Ok(sample(Some(5.0), None, None)),
+            Ok(sample(Some(30.0), None, None)),
+        ];
+        assert_eq!(fsyncs_between(&urls, &before, &after), Ok(25.0));
+        let after = vec![Ok(sample(Some(5.0), None, None)), Err("refused".to_owned())];
+        assert_eq!(
+            fsyncs_between(&urls, &before, &after),
+            Err("refused".to_owned())
+        );
+        let after = vec![
+            Ok(sample(Some(5.0), None, None)),
+            Ok(sample(None, None, None)),
+        ];
+        assert_eq!(
+            fsyncs_between(&urls, &before, &after),
+            Err("http://b/metrics has no tributary_storage_fsyncs_total".to_owned())
+        );
+    }
+
+    #[test]
+    fn node_usage_is_cpu_over_wall_time_and_memory_at_the_end() {
+        let usage = node_usage(
+            "http://a/metrics",
+            &Ok(sample(None, Some(10.0), Some(1.0))),
+            &Ok(sample(None, Some(13.0), Some(200.0 * 1024.0 * 1024.0))),
+            2.0,
+        );
+        assert_eq!(usage.cpu_percent, Some(150.0));
+        assert_eq!(usage.resident_mib, Some(200.0));
+        assert_eq!(usage.unavailable_reason, None);
+        let usage = node_usage(
+            "http://a/metrics",
+            &Ok(sample(None, None, None)),
+            &Ok(sample(None, None, Some(1024.0 * 1024.0))),
+            2.0,
+        );
+        assert_eq!(usage.cpu_percent, None);
+        assert_eq!(
+            usage.unavailable_reason.as_deref(),
+            Some("http://a/metrics has no process_cpu_seconds_total")
+        );
+        let usage = node_usage(
+            "http://a/metrics",
+            &Err("refused".to_owned()),
+            &Ok(sample(None, None, None)),
+            2.0,
+        );
+        assert_eq!(usage.unavailable_reason.as_deref(), Some("refused"));
+    }
 }

@@ -9,19 +9,39 @@ use tokio::net::TcpStream;
 
 /// The counter the bench divides sends by.
 pub(crate) const FSYNCS_METRIC: &str = "tributary_storage_fsyncs_total";
+/// The standard process series every node exports.
+pub(crate) const CPU_METRIC: &str = "process_cpu_seconds_total";
+pub(crate) const RSS_METRIC: &str = "process_resident_memory_bytes";
+
+/// What one read of a node's metrics page showed.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct NodeSample {
+    pub(crate) fsyncs: Option<f64>,
+    pub(crate) cpu_seconds: Option<f64>,
+    pub(crate) resident_bytes: Option<f64>,
+}
+
+/// Reads the bench's figures from the node's metrics page at `url`.
+pub(crate) async fn sample(url: &str) -> anyhow::Result<NodeSample> {
+    let body = http_get(url).await?;
+    Ok(NodeSample::parse(&body))
+}
+
+impl NodeSample {
+    pub(crate) fn parse(text: &str) -> NodeSample {
+        NodeSample {
+            fsyncs: counter_sum(text, FSYNCS_METRIC),
+            cpu_seconds: counter_sum(text, CPU_METRIC),
+            resident_bytes: counter_sum(text, RSS_METRIC),
+        }
+    }
+}
 
 /// How long connecting, and then reading the whole response, may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A metrics page larger than this is not one we want to parse.
 const RESPONSE_BYTES_MAX: u64 = 64 * 1024 * 1024;
-
-/// The sum of every series of the counter `name` at `url`; `Ok(None)` when the page has no
-/// such series (counters appear only once first incremented).
-pub(crate) async fn fetch_counter(url: &str, name: &str) -> anyhow::Result<Option<f64>> {
-    let body = http_get(url).await?;
-    Ok(counter_sum(&body, name))
-}
 
 pub(crate) async fn http_get(url: &str) -> anyhow::Result<String> {
     let (authority, path) = split_http_url(url)?;
@@ -177,6 +197,24 @@ fn parse_sample(text: &str) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_sample_reads_fsyncs_cpu_and_memory_from_one_page() {
+        let page = "# HELP process_cpu_seconds_total Total user and system CPU time\n\
+                    process_cpu_seconds_total 12.5\n\
+                    process_resident_memory_bytes 104857600\n\
+                    tributary_storage_fsyncs_total{shard=\"0\"} 7\n\
+                    tributary_storage_fsyncs_total{shard=\"1\"} 3\n";
+        assert_eq!(
+            NodeSample::parse(page),
+            NodeSample {
+                fsyncs: Some(10.0),
+                cpu_seconds: Some(12.5),
+                resident_bytes: Some(104_857_600.0),
+            }
+        );
+        assert_eq!(NodeSample::parse(""), NodeSample::default());
+    }
+
     use super::*;
 
     const PAGE: &str = "\

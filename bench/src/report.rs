@@ -47,6 +47,32 @@ pub struct BenchReport {
     /// Why fsyncs/s is unavailable.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fsyncs_unavailable_reason: Option<String>,
+    /// Each watched node's CPU and memory (`--metrics-url`).
+    pub nodes: Vec<NodeUsage>,
+}
+
+/// One node's resource use during a bench run.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeUsage {
+    pub metrics_url: String,
+    /// CPU time over the run's wall time, in % of one core.
+    pub cpu_percent: Option<f64>,
+    /// Resident memory at the end of the run, in MiB.
+    pub resident_mib: Option<f64>,
+    /// Why a figure is missing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unavailable_reason: Option<String>,
+}
+
+impl NodeUsage {
+    pub(crate) fn unavailable(url: &str, reason: String) -> NodeUsage {
+        NodeUsage {
+            metrics_url: url.to_owned(),
+            cpu_percent: None,
+            resident_mib: None,
+            unavailable_reason: Some(reason),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -77,6 +103,7 @@ pub(crate) struct Measurements {
     pub(crate) consumed: Option<(u64, Histogram<u64>)>,
     /// fsyncs during the run and the seconds between the two metric reads, or why unknown.
     pub(crate) fsyncs: Result<(f64, f64), String>,
+    pub(crate) nodes: Vec<NodeUsage>,
 }
 
 impl BenchReport {
@@ -121,6 +148,7 @@ impl BenchReport {
             fsyncs_per_second,
             sends_per_fsync,
             fsyncs_unavailable_reason,
+            nodes: m.nodes,
         }
     }
 
@@ -146,7 +174,7 @@ impl BenchReport {
             (None, Some(_)) => "no events received".to_owned(),
             _ => "not measured (--consumers 0)".to_owned(),
         };
-        let rows = [
+        let mut rows = vec![
             (
                 "hub",
                 format!(
@@ -183,6 +211,20 @@ impl BenchReport {
             ("sends/s ÷ fsyncs/s", ratio),
             ("errors", self.errors.to_string()),
         ];
+        for node in &self.nodes {
+            let figure = |value: Option<f64>, unit: &str| {
+                value.map_or_else(|| "unavailable".to_owned(), |v| format!("{v:.1}{unit}"))
+            };
+            let mut usage = format!(
+                "CPU {} of one core, resident {}",
+                figure(node.cpu_percent, "%"),
+                figure(node.resident_mib, " MiB")
+            );
+            if let Some(reason) = &node.unavailable_reason {
+                let _ = write!(usage, " ({reason})");
+            }
+            rows.push(("node", format!("{}: {usage}", node.metrics_url)));
+        }
         let width = rows
             .iter()
             .map(|(k, _)| k.chars().count())
@@ -214,7 +256,8 @@ const CSV_HEADER: &str = "hub,partitions,replication_factor,producers,event_size
 batch_size,target_events_per_second,key_distribution,consumers,elapsed_seconds,events_sent,\
 sends,errors,events_per_second,megabytes_per_second,sends_per_second,latency_p50_ms,\
 latency_p99_ms,latency_p999_ms,latency_max_ms,events_received,end_to_end_p50_ms,\
-end_to_end_p99_ms,end_to_end_p999_ms,end_to_end_max_ms,fsyncs_per_second,sends_per_fsync";
+end_to_end_p99_ms,end_to_end_p999_ms,end_to_end_max_ms,fsyncs_per_second,sends_per_fsync,\
+node_cpu_percent,node_resident_mib";
 
 impl BenchReport {
     /// The report as one CSV line (no newline); empty fields where a figure is unknown.
@@ -250,6 +293,17 @@ impl BenchReport {
             opt(e2e.map(|l| l.max)),
             opt(self.fsyncs_per_second),
             opt(self.sends_per_fsync),
+            // One figure per watched node, in --metrics-url order, separated by ';'.
+            self.nodes
+                .iter()
+                .map(|n| opt(n.cpu_percent))
+                .collect::<Vec<_>>()
+                .join(";"),
+            self.nodes
+                .iter()
+                .map(|n| opt(n.resident_mib))
+                .collect::<Vec<_>>()
+                .join(";"),
         ]
         .join(",")
     }
@@ -294,6 +348,12 @@ mod tests {
             errors: 0,
             latency_us,
             fsyncs,
+            nodes: vec![NodeUsage {
+                metrics_url: "http://n1/metrics".into(),
+                cpu_percent: Some(42.0),
+                resident_mib: Some(100.0),
+                unavailable_reason: None,
+            }],
         }
     }
 
@@ -361,6 +421,8 @@ mod tests {
         assert_eq!(field("events_received"), "3");
         assert_eq!(field("target_events_per_second"), "500");
         assert_eq!(field("key_distribution"), "partition");
+        assert_eq!(field("node_cpu_percent"), "42");
+        assert_eq!(field("node_resident_mib"), "100");
         let max: f64 = field("end_to_end_max_ms").parse().unwrap();
         assert!((max - 6.0).abs() < 0.01, "{row}");
 
@@ -377,6 +439,13 @@ mod tests {
             ""
         );
         assert!(report.to_table().contains("not measured (--consumers 0)"));
+        assert!(
+            report
+                .to_table()
+                .contains("http://n1/metrics: CPU 42.0% of one core, resident 100.0 MiB"),
+            "{}",
+            report.to_table()
+        );
     }
 
     #[test]

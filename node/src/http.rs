@@ -58,9 +58,15 @@ pub fn metrics_handle() -> PrometheusHandle {
                 "tributary_send_duration_seconds",
                 "Time from a send's arrival to its commit"
             );
+            process_collector().describe();
             handle
         })
         .clone()
+}
+
+fn process_collector() -> &'static metrics_process::Collector {
+    static COLLECTOR: OnceLock<metrics_process::Collector> = OnceLock::new();
+    COLLECTOR.get_or_init(metrics_process::Collector::default)
 }
 
 pub async fn serve(
@@ -74,7 +80,15 @@ pub async fn serve(
     let app = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(move || async move { handle.render() }))
+        .route(
+            "/metrics",
+            get(move || async move {
+                // The standard process_* series (CPU seconds, resident memory, open files,
+                // threads), read at each scrape.
+                process_collector().collect();
+                handle.render()
+            }),
+        )
         .route(
             "/debug/faults/crash-after-commit",
             post(|| async { arm_crash_after_commit(FaultHooks::global()) }),

@@ -47,6 +47,17 @@ async fn bench_shows_group_commit() {
         "group commit: 64 concurrent producers share fsyncs, so sends/s ({sends_per_second:.0}) \
          is at least twice fsyncs/s ({fsyncs_per_second:.0}): {report}"
     );
+    // The node's own CPU and memory, from its process metrics.
+    let node_usage = &report["nodes"][0];
+    assert!(
+        node_usage["cpu_percent"]
+            .as_f64()
+            .is_some_and(|cpu| cpu > 0.0)
+            && node_usage["resident_mib"]
+                .as_f64()
+                .is_some_and(|mib| mib > 1.0),
+        "the node's CPU and memory are reported: {report}"
+    );
     let sends_per_fsync = number("sends_per_fsync");
     assert!(
         (sends_per_fsync - sends_per_second / fsyncs_per_second).abs() < 1e-6 * sends_per_fsync,
