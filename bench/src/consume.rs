@@ -6,18 +6,25 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures::StreamExt as _;
 use hdrhistogram::Histogram;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tributary_client::{Client, ClientError, EventPosition};
+use tributary_client::{Client, ClientError, EventPosition, ReceiveStream};
 
 use crate::load::{LATENCY_US_MAX, TIMESTAMP_BYTES, new_histogram, unix_micros};
 
+/// Where one reader's events come from: a Tributary partition, or a peer system's stream.
+pub(crate) trait Source: Send + 'static {
+    /// The bodies of the next events delivered; `None` when the stream ends.
+    fn next(&mut self) -> impl Future<Output = Option<anyhow::Result<Vec<Bytes>>>> + Send;
+}
+
 /// Readers that run until [`Consumers::finish`].
 pub(crate) struct Consumers {
-    tasks: JoinSet<Result<Histogram<u64>, ClientError>>,
+    tasks: JoinSet<anyhow::Result<Histogram<u64>>>,
     received: Arc<AtomicU64>,
     stop: watch::Sender<bool>,
 }
@@ -28,28 +35,52 @@ pub(crate) struct ConsumeOutcome {
     pub(crate) latency_us: Histogram<u64>,
 }
 
+/// A Tributary partition read from the latest position.
+pub(crate) struct TributarySource(ReceiveStream);
+
+impl Source for TributarySource {
+    async fn next(&mut self) -> Option<anyhow::Result<Vec<Bytes>>> {
+        let batch = self.0.next().await?;
+        Some(
+            batch
+                .map(|events| events.into_iter().map(|e| e.body).collect())
+                .map_err(Into::into),
+        )
+    }
+}
+
+/// Opens one reader per partition, spread over `consumers` connections, each from the
+/// latest position; returns once every reader is open, so what is sent after is seen.
+pub(crate) async fn tributary_sources(
+    endpoint: &str,
+    hub: &str,
+    partition_ids: &[String],
+    consumers: u32,
+) -> Result<Vec<TributarySource>, ClientError> {
+    let mut clients = Vec::new();
+    for _ in 0..consumers.max(1) {
+        clients.push(Client::connect(endpoint).await?);
+    }
+    let mut sources = Vec::new();
+    for (index, partition) in partition_ids.iter().enumerate() {
+        let client = &clients[index % clients.len()];
+        let stream = client
+            .consumer()
+            .receive(hub, "", partition, EventPosition::Latest, 0)
+            .await?;
+        sources.push(TributarySource(stream));
+    }
+    Ok(sources)
+}
+
 impl Consumers {
-    /// Opens one reader per partition, spread over `consumers` connections, each from the
-    /// latest position; returns once every reader is open, so what is sent after is seen.
-    pub(crate) async fn start(
-        endpoint: &str,
-        hub: &str,
-        partition_ids: &[String],
-        consumers: u32,
-    ) -> Result<Consumers, ClientError> {
-        let mut clients = Vec::new();
-        for _ in 0..consumers.max(1) {
-            clients.push(Client::connect(endpoint).await?);
-        }
+    /// Starts one reader per source; each times every event from the send time in its
+    /// body's first bytes to its delivery.
+    pub(crate) fn spawn<S: Source>(sources: Vec<S>) -> Consumers {
         let (stop, stopped) = watch::channel(false);
         let received = Arc::new(AtomicU64::new(0));
         let mut tasks = JoinSet::new();
-        for (index, partition) in partition_ids.iter().enumerate() {
-            let client = &clients[index % clients.len()];
-            let mut stream = client
-                .consumer()
-                .receive(hub, "", partition, EventPosition::Latest, 0)
-                .await?;
+        for mut source in sources {
             let mut stopped = stopped.clone();
             let received = received.clone();
             tasks.spawn(async move {
@@ -57,13 +88,13 @@ impl Consumers {
                 loop {
                     let batch = tokio::select! {
                         _ = stopped.wait_for(|stop| *stop) => break,
-                        batch = stream.next() => batch,
+                        batch = source.next() => batch,
                     };
                     let Some(batch) = batch else { break };
                     let batch = batch?;
                     let now = unix_micros();
-                    for event in &batch {
-                        if let Some(sent) = event.body.get(..TIMESTAMP_BYTES) {
+                    for body in &batch {
+                        if let Some(sent) = body.get(..TIMESTAMP_BYTES) {
                             let sent = u64::from_le_bytes(sent.try_into().expect("8 bytes"));
                             latency_us.saturating_record(
                                 now.saturating_sub(sent).clamp(1, LATENCY_US_MAX),
@@ -75,11 +106,11 @@ impl Consumers {
                 Ok(latency_us)
             });
         }
-        Ok(Consumers {
+        Consumers {
             tasks,
             received,
             stop,
-        })
+        }
     }
 
     /// Waits until `sent` events have been received or `grace` has passed, then stops the
@@ -88,7 +119,7 @@ impl Consumers {
         mut self,
         sent: u64,
         grace: Duration,
-    ) -> Result<ConsumeOutcome, ClientError> {
+    ) -> anyhow::Result<ConsumeOutcome> {
         let give_up = Instant::now() + grace;
         while self.received.load(Ordering::Relaxed) < sent && Instant::now() < give_up {
             tokio::time::sleep(Duration::from_millis(20)).await;

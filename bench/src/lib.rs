@@ -169,11 +169,11 @@ async fn measure(
     args: &BenchArgs,
 ) -> anyhow::Result<BenchReport> {
     let consumers = if args.consumers > 0 {
-        Some(
-            consume::Consumers::start(endpoint, &hub.name, &hub.partition_ids, args.consumers)
+        let sources =
+            consume::tributary_sources(endpoint, &hub.name, &hub.partition_ids, args.consumers)
                 .await
-                .with_context(|| format!("cannot start reading '{}'", hub.name))?,
-        )
+                .with_context(|| format!("cannot start reading '{}'", hub.name))?;
+        Some(consume::Consumers::spawn(sources))
     } else {
         None
     };
@@ -190,20 +190,27 @@ async fn measure(
 
     let before = sample_nodes(&args.metrics_url).await;
     let before_at = Instant::now();
-    let outcome = load::run(load::Load {
-        clients: clients.to_vec(),
-        hub: hub.name.clone(),
-        partition_ids: hub.partition_ids.clone(),
-        producers: args.producers,
+    let hub_name: std::sync::Arc<str> = hub.name.as_str().into();
+    let sinks = (0..args.producers as usize)
+        .map(|index| {
+            load::TributarySink::new(
+                &clients[index % clients.len()],
+                hub_name.clone(),
+                &hub.partition_ids,
+                index,
+                args.key_distribution,
+                args.key_count,
+            )
+        })
+        .collect();
+    let shape = load::Shape {
         batch_size: args.batch_size,
         event_size: args.event_size,
         duration: args.duration,
         rate: args.rate,
-        keys: args.key_distribution,
-        key_count: args.key_count,
         timestamps: consumers.is_some(),
-    })
-    .await;
+    };
+    let outcome = load::run(sinks, &shape).await;
     let after = sample_nodes(&args.metrics_url).await;
     let metrics_window = before_at.elapsed().as_secs_f64();
     let outcome =

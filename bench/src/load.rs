@@ -11,7 +11,7 @@ use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tributary_client::{Client, ClientError, EventData, SendTarget};
+use tributary_client::{Client, EventData, ProducerClient, SendTarget};
 
 /// Latencies above this (in microseconds) are recorded as this.
 pub(crate) const LATENCY_US_MAX: u64 = 3_600_000_000;
@@ -44,20 +44,28 @@ impl KeyDistribution {
     }
 }
 
-/// What to run.
-pub(crate) struct Load {
-    /// Connections to spread the producers over.
-    pub(crate) clients: Vec<Client>,
-    pub(crate) hub: String,
-    pub(crate) partition_ids: Vec<String>,
-    pub(crate) producers: u32,
+/// Where one producer's sends go: a Tributary partition, or a peer system's stream.
+pub(crate) trait Sink: Send + 'static {
+    /// Sends `bodies` as one request and waits for its acknowledgement.
+    fn send(&mut self, bodies: Vec<Bytes>) -> impl Future<Output = Result<(), SendError>> + Send;
+}
+
+/// Why a send failed.
+pub(crate) enum SendError {
+    /// Busy, not the leader, unreachable: the producer pauses (as long as the service
+    /// asked, if it did) and goes on.
+    Transient(Option<Duration>),
+    /// Anything else stops every producer.
+    Fatal(anyhow::Error),
+}
+
+/// The shape of the load, whatever it is sent to.
+pub(crate) struct Shape {
     pub(crate) batch_size: u32,
     pub(crate) event_size: usize,
     pub(crate) duration: Duration,
     /// Events per second over all producers; `None`: as fast as replies come.
     pub(crate) rate: Option<f64>,
-    pub(crate) keys: KeyDistribution,
-    pub(crate) key_count: u32,
     /// Write the send time into the first bytes of every body (for consumers).
     pub(crate) timestamps: bool,
 }
@@ -70,42 +78,30 @@ pub(crate) struct LoadOutcome {
     pub(crate) elapsed: Duration,
 }
 
-/// Runs every producer until `load.duration` has passed. A non-transient error stops all
+/// Runs one producer per sink until `shape.duration` has passed. A fatal error stops all
 /// producers and is returned.
-pub(crate) async fn run(load: Load) -> Result<LoadOutcome, ClientError> {
-    assert!(!load.clients.is_empty() && !load.partition_ids.is_empty());
+pub(crate) async fn run<S: Sink>(sinks: Vec<S>, shape: &Shape) -> anyhow::Result<LoadOutcome> {
+    assert!(!sinks.is_empty());
+    let producers = sinks.len();
     let stop = Arc::new(AtomicBool::new(false));
-    let hub: Arc<str> = load.hub.into();
-    let template = Bytes::from(vec![b'x'; load.event_size]);
+    let template = Bytes::from(vec![b'x'; shape.event_size]);
     let started = Instant::now();
-    let deadline = started + load.duration;
+    let deadline = started + shape.duration;
     // On a schedule, each producer sends a batch every `interval`; their first sends are
     // spread over one interval so the load is even, not in bursts.
-    let interval = load.rate.map(|rate| {
-        Duration::from_secs_f64(f64::from(load.producers) * f64::from(load.batch_size) / rate)
-    });
+    let interval = shape
+        .rate
+        .map(|rate| Duration::from_secs_f64(producers as f64 * f64::from(shape.batch_size) / rate));
     let mut tasks = JoinSet::new();
-    for index in 0..load.producers as usize {
-        let target = match load.keys {
-            KeyDistribution::Partition => Target::Fixed(SendTarget::PartitionId(
-                load.partition_ids[index % load.partition_ids.len()].clone(),
-            )),
-            KeyDistribution::RoundRobin => Target::Fixed(SendTarget::Any),
-            KeyDistribution::RandomKey => Target::RandomKey {
-                rng: Box::new(StdRng::seed_from_u64(index as u64)),
-                count: load.key_count.max(1),
-            },
-        };
+    for (index, sink) in sinks.into_iter().enumerate() {
         let first = interval.map_or(started, |interval| {
-            started + interval.mul_f64(index as f64 / f64::from(load.producers))
+            started + interval.mul_f64(index as f64 / producers as f64)
         });
         let producer = Producer {
-            client: load.clients[index % load.clients.len()].clone(),
-            hub: hub.clone(),
-            target,
+            sink,
             template: template.clone(),
-            batch_size: load.batch_size as usize,
-            timestamps: load.timestamps,
+            batch_size: shape.batch_size as usize,
+            timestamps: shape.timestamps,
             schedule: interval.map(|interval| (first, interval)),
             deadline,
             stop: stop.clone(),
@@ -142,6 +138,56 @@ pub(crate) async fn run(load: Load) -> Result<LoadOutcome, ClientError> {
     }
 }
 
+/// A Tributary producer's sends: one partition, the service's choice, or random keys.
+pub(crate) struct TributarySink {
+    producer: ProducerClient,
+    hub: Arc<str>,
+    target: Target,
+}
+
+impl TributarySink {
+    /// The sink of producer `index` of a bench over `partition_ids`.
+    pub(crate) fn new(
+        client: &Client,
+        hub: Arc<str>,
+        partition_ids: &[String],
+        index: usize,
+        keys: KeyDistribution,
+        key_count: u32,
+    ) -> TributarySink {
+        let target = match keys {
+            KeyDistribution::Partition => Target::Fixed(SendTarget::PartitionId(
+                partition_ids[index % partition_ids.len()].clone(),
+            )),
+            KeyDistribution::RoundRobin => Target::Fixed(SendTarget::Any),
+            KeyDistribution::RandomKey => Target::RandomKey {
+                rng: Box::new(StdRng::seed_from_u64(index as u64)),
+                count: key_count.max(1),
+            },
+        };
+        TributarySink {
+            producer: client.producer(),
+            hub,
+            target,
+        }
+    }
+}
+
+impl Sink for TributarySink {
+    async fn send(&mut self, bodies: Vec<Bytes>) -> Result<(), SendError> {
+        let events = bodies.into_iter().map(EventData::from_body);
+        match self
+            .producer
+            .send(&self.hub, self.target.next(), events)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(error) if error.is_transient() => Err(SendError::Transient(error.retry_after())),
+            Err(error) => Err(SendError::Fatal(error.into())),
+        }
+    }
+}
+
 enum Target {
     Fixed(SendTarget),
     RandomKey { rng: Box<StdRng>, count: u32 },
@@ -158,10 +204,8 @@ impl Target {
     }
 }
 
-struct Producer {
-    client: Client,
-    hub: Arc<str>,
-    target: Target,
+struct Producer<S> {
+    sink: S,
     template: Bytes,
     batch_size: usize,
     timestamps: bool,
@@ -177,9 +221,8 @@ struct ProducerOutcome {
     latency_us: Histogram<u64>,
 }
 
-impl Producer {
-    async fn run(mut self) -> Result<ProducerOutcome, ClientError> {
-        let producer = self.client.producer();
+impl<S: Sink> Producer<S> {
+    async fn run(mut self) -> anyhow::Result<ProducerOutcome> {
         let mut outcome = ProducerOutcome {
             sends: 0,
             errors: 0,
@@ -204,30 +247,29 @@ impl Producer {
             if due >= self.deadline {
                 break;
             }
-            let batch = self.batch();
-            let result = producer.send(&self.hub, self.target.next(), batch).await;
-            match result {
-                Ok(_) => {
+            let bodies = self.bodies();
+            match self.sink.send(bodies).await {
+                Ok(()) => {
                     let us = u64::try_from(due.elapsed().as_micros()).unwrap_or(u64::MAX);
                     outcome
                         .latency_us
                         .saturating_record(us.clamp(1, LATENCY_US_MAX));
                     outcome.sends += 1;
                 }
-                Err(error) if error.is_transient() => {
+                Err(SendError::Transient(retry_after)) => {
                     outcome.errors += 1;
-                    let pause = error.retry_after().unwrap_or(ERROR_BACKOFF);
+                    let pause = retry_after.unwrap_or(ERROR_BACKOFF);
                     tokio::time::sleep_until((Instant::now() + pause).min(self.deadline)).await;
                 }
-                Err(error) => return Err(error),
+                Err(SendError::Fatal(error)) => return Err(error),
             }
         }
         Ok(outcome)
     }
 
-    /// The events of one send: the shared template body, or with timestamps a copy that
-    /// starts with the send time.
-    fn batch(&self) -> Vec<EventData> {
+    /// The bodies of one send: the shared template, or with timestamps a copy that starts
+    /// with the send time.
+    fn bodies(&self) -> Vec<Bytes> {
         let body = if self.timestamps {
             let mut body = BytesMut::from(&self.template[..]);
             body[..TIMESTAMP_BYTES].copy_from_slice(&unix_micros().to_le_bytes());
@@ -235,7 +277,7 @@ impl Producer {
         } else {
             self.template.clone()
         };
-        vec![EventData::from_body(body); self.batch_size]
+        vec![body; self.batch_size]
     }
 }
 
