@@ -10,6 +10,8 @@
 mod checkpoints;
 mod consume;
 mod failover;
+#[cfg(feature = "jetstream")]
+pub mod jetstream;
 mod load;
 mod metrics;
 mod report;
@@ -149,16 +151,26 @@ pub async fn run(endpoint: &str, args: BenchArgs, json: bool) -> anyhow::Result<
         );
     }
     let report = outcome?;
+    emit(&report, json, args.csv.as_deref())?;
+    Ok(report)
+}
+
+/// Prints `report` (a table, or one JSON object if `json`) and appends it to `csv`.
+pub(crate) fn emit(
+    report: &BenchReport,
+    json: bool,
+    csv: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
     if json {
         println!("{}", report.to_json());
     } else {
         print!("{}", report.to_table());
     }
-    if let Some(path) = &args.csv {
-        report::append_csv(path, &report)
+    if let Some(path) = csv {
+        report::append_csv(path, report)
             .with_context(|| format!("cannot append the report to {}", path.display()))?;
     }
-    Ok(report)
+    Ok(())
 }
 
 /// Runs the consumers (if any) and the producers against `hub` and measures them.
@@ -254,9 +266,9 @@ async fn measure(
 }
 
 /// How long consumers may take, once the producers stop, to receive what was sent.
-const CONSUMER_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const CONSUMER_GRACE: Duration = Duration::from_secs(10);
 
-fn positive_rate(text: &str) -> Result<f64, String> {
+pub(crate) fn positive_rate(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(rate) if rate.is_finite() && rate > 0.0 => Ok(rate),
         _ => Err(format!(

@@ -1,0 +1,250 @@
+//! The same load against NATS JetStream, for side-by-side figures (`bench/compare`). A
+//! Tributary partition is one Raft group, and so is a JetStream stream: the bench creates
+//! one file-stored stream per partition, with `--replicas` replicas, and producer i
+//! publishes to stream i mod partitions, one message per event, awaiting the
+//! acknowledgements of a batch before its next send. Consumers read every stream from new
+//! messages on (ordered consumers) and time each message end to end, as on Tributary.
+//!
+//! On acknowledgement JetStream has stored the message on a majority of the stream's
+//! replicas; whether that storage was fsynced depends on the servers' `sync_interval`
+//! (`always`: before acknowledging; the default: in the background every 2 minutes).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_nats::jetstream::consumer::DeliverPolicy;
+use async_nats::jetstream::consumer::pull::OrderedConfig;
+use async_nats::jetstream::context::PublishErrorKind;
+use async_nats::jetstream::stream::{Config as StreamConfig, StorageType};
+use bytes::Bytes;
+use futures::StreamExt as _;
+
+use crate::consume::{Consumers, Source};
+use crate::load::{self, SendError, Sink};
+use crate::report::{self, BenchReport};
+use crate::{CONSUMER_GRACE, KeyDistribution};
+
+/// Connections the producers are spread over.
+const CONNECTIONS_MAX: u32 = 8;
+
+/// `jetstream-bench`: the load of `tributary bench` against a NATS JetStream cluster.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "jetstream-bench")]
+pub struct JetStreamArgs {
+    /// NATS server URLs, comma-separated, e.g. nats://127.0.0.1:4222.
+    #[arg(long, value_delimiter = ',', default_value = "nats://127.0.0.1:4222")]
+    pub servers: Vec<String>,
+    /// Streams to create, one per partition of the equivalent Tributary hub.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    pub partitions: u32,
+    /// Replicas of each stream (JetStream allows 1 to 5).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=5))]
+    pub replicas: u32,
+    /// Concurrent producers; producer i publishes to stream i mod partitions, one send in
+    /// flight each.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub producers: u32,
+    /// Body size of each message, in bytes.
+    #[arg(long, default_value_t = 1024)]
+    pub event_size: usize,
+    /// Messages per send: published together, then their acknowledgements awaited.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch_size: u32,
+    /// How long to send, e.g. 10s, 1m.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Target rate in messages per second over all producers (fixed schedule, latency
+    /// from when a send was due); without it, as fast as acknowledgements come.
+    #[arg(long, value_parser = crate::positive_rate)]
+    pub rate: Option<f64>,
+    /// Consumer connections reading every stream from new messages on, timing each end
+    /// to end (needs --event-size 8 or more). 0: no consumers.
+    #[arg(long, default_value_t = 0)]
+    pub consumers: u32,
+    /// Print the report as one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also append the report as one CSV row to this file.
+    #[arg(long)]
+    pub csv: Option<std::path::PathBuf>,
+}
+
+/// Runs the bench against the JetStream cluster at `args.servers` and prints the report.
+pub async fn run(args: JetStreamArgs) -> anyhow::Result<BenchReport> {
+    if args.consumers > 0 && args.event_size < load::TIMESTAMP_BYTES {
+        anyhow::bail!(
+            "--consumers need --event-size {} or more (the send time travels in each body)",
+            load::TIMESTAMP_BYTES
+        );
+    }
+    let servers = args.servers.join(",");
+    let mut contexts = Vec::new();
+    for _ in 0..args.producers.min(CONNECTIONS_MAX) {
+        let client = async_nats::connect(servers.as_str())
+            .await
+            .with_context(|| format!("cannot connect to NATS at {servers}"))?;
+        contexts.push(async_nats::jetstream::new(client));
+    }
+    let prefix = format!("bench_{:08x}", rand::random::<u32>());
+    let subjects: Vec<String> = (0..args.partitions)
+        .map(|p| format!("{prefix}.{p}"))
+        .collect();
+    let mut streams = Vec::new();
+    let outcome = async {
+        for (p, subject) in subjects.iter().enumerate() {
+            let name = format!("{prefix}_{p}");
+            let stream = contexts[0]
+                .create_stream(StreamConfig {
+                    name: name.clone(),
+                    subjects: vec![subject.clone()],
+                    storage: StorageType::File,
+                    num_replicas: args.replicas as usize,
+                    ..Default::default()
+                })
+                .await
+                .with_context(|| format!("cannot create the stream '{name}'"))?;
+            streams.push((name, stream));
+        }
+        measure(&args, &contexts, &prefix, &subjects, &streams).await
+    }
+    .await;
+    for (name, _) in &streams {
+        if let Err(error) = contexts[0].delete_stream(name).await {
+            eprintln!("warning: could not delete the bench stream '{name}': {error}");
+        }
+    }
+    let report = outcome?;
+    crate::emit(&report, args.json, args.csv.as_deref())?;
+    Ok(report)
+}
+
+async fn measure(
+    args: &JetStreamArgs,
+    contexts: &[async_nats::jetstream::Context],
+    prefix: &str,
+    subjects: &[String],
+    streams: &[(String, async_nats::jetstream::stream::Stream)],
+) -> anyhow::Result<BenchReport> {
+    let consumers = if args.consumers > 0 {
+        let mut sources = Vec::new();
+        for (index, (name, _)) in streams.iter().enumerate() {
+            // Each reader on its own connection's context, spread like the producers.
+            let context = &contexts[index % contexts.len().min(args.consumers as usize)];
+            let stream = context
+                .get_stream(name)
+                .await
+                .with_context(|| format!("cannot open the stream '{name}'"))?;
+            let consumer = stream
+                .create_consumer(OrderedConfig {
+                    deliver_policy: DeliverPolicy::New,
+                    ..Default::default()
+                })
+                .await
+                .with_context(|| format!("cannot create a consumer on '{name}'"))?;
+            let messages = consumer
+                .messages()
+                .await
+                .with_context(|| format!("cannot read '{name}'"))?;
+            sources.push(JetStreamSource(messages));
+        }
+        Some(Consumers::spawn(sources))
+    } else {
+        None
+    };
+    eprintln!(
+        "publishing to {} streams '{prefix}_*' ({} replicas) from {} producers{} for {}...",
+        subjects.len(),
+        args.replicas,
+        args.producers,
+        args.rate
+            .map_or_else(String::new, |rate| format!(" at {rate:.0} messages/s")),
+        humantime::format_duration(args.duration)
+    );
+    let sinks = (0..args.producers as usize)
+        .map(|index| JetStreamSink {
+            context: contexts[index % contexts.len()].clone(),
+            subject: subjects[index % subjects.len()].clone().into(),
+        })
+        .collect();
+    let shape = load::Shape {
+        batch_size: args.batch_size,
+        event_size: args.event_size,
+        duration: args.duration,
+        rate: args.rate,
+        timestamps: consumers.is_some(),
+    };
+    let outcome = load::run(sinks, &shape)
+        .await
+        .context("a producer failed")?;
+    let consumed = match consumers {
+        Some(consumers) => Some(
+            consumers
+                .finish(outcome.sends * u64::from(args.batch_size), CONSUMER_GRACE)
+                .await
+                .context("a consumer failed")?,
+        ),
+        None => None,
+    };
+    Ok(BenchReport::from_measurements(report::Measurements {
+        hub: format!("jetstream:{prefix}"),
+        partitions: args.partitions,
+        replication_factor: args.replicas,
+        producers: args.producers,
+        event_size_bytes: args.event_size,
+        batch_size: args.batch_size,
+        target_events_per_second: args.rate,
+        key_distribution: KeyDistribution::Partition,
+        consumers: args.consumers,
+        elapsed_seconds: outcome.elapsed.as_secs_f64(),
+        sends: outcome.sends,
+        errors: outcome.errors,
+        latency_us: outcome.latency_us,
+        consumed: consumed.map(|c| (c.events_received, c.latency_us)),
+        fsyncs: Err("not measured on JetStream".to_owned()),
+        nodes: Vec::new(),
+    }))
+}
+
+struct JetStreamSink {
+    context: async_nats::jetstream::Context,
+    subject: Arc<str>,
+}
+
+impl Sink for JetStreamSink {
+    async fn send(&mut self, bodies: Vec<Bytes>) -> Result<(), SendError> {
+        let mut acks = Vec::with_capacity(bodies.len());
+        for body in bodies {
+            let ack = self
+                .context
+                .publish(self.subject.to_string(), body)
+                .await
+                .map_err(publish_error)?;
+            acks.push(ack);
+        }
+        for ack in acks {
+            ack.await.map_err(publish_error)?;
+        }
+        Ok(())
+    }
+}
+
+fn publish_error(error: async_nats::jetstream::context::PublishError) -> SendError {
+    match error.kind() {
+        PublishErrorKind::TimedOut | PublishErrorKind::MaxAckPending => SendError::Transient(None),
+        _ => SendError::Fatal(error.into()),
+    }
+}
+
+struct JetStreamSource(async_nats::jetstream::consumer::pull::Ordered);
+
+impl Source for JetStreamSource {
+    async fn next(&mut self) -> Option<anyhow::Result<Vec<Bytes>>> {
+        let message = self.0.next().await?;
+        Some(
+            message
+                .map(|m| vec![m.message.payload.clone()])
+                .map_err(Into::into),
+        )
+    }
+}
