@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use async_nats::jetstream::consumer::DeliverPolicy;
 use async_nats::jetstream::consumer::pull::OrderedConfig;
-use async_nats::jetstream::context::PublishErrorKind;
+use async_nats::jetstream::context::{CreateStreamErrorKind, PublishErrorKind};
 use async_nats::jetstream::stream::{Config as StreamConfig, StorageType};
 use bytes::Bytes;
 use futures::StreamExt as _;
@@ -27,6 +27,8 @@ use crate::{CONSUMER_GRACE, KeyDistribution};
 
 /// Connections the producers are spread over.
 const CONNECTIONS_MAX: u32 = 8;
+/// How long stream creation is retried while the cluster's API times out.
+const STREAM_CREATE_WAIT: Duration = Duration::from_secs(60);
 
 /// `jetstream-bench`: the load of `tributary bench` against a NATS JetStream cluster.
 #[derive(Debug, Clone, clap::Parser)]
@@ -79,9 +81,17 @@ pub async fn run(args: JetStreamArgs) -> anyhow::Result<BenchReport> {
         );
     }
     let servers = args.servers.join(",");
+    let addresses = args
+        .servers
+        .iter()
+        .map(|url| {
+            url.parse::<async_nats::ServerAddr>()
+                .with_context(|| format!("'{url}' is not a NATS server URL"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let mut contexts = Vec::new();
     for _ in 0..args.producers.min(CONNECTIONS_MAX) {
-        let client = async_nats::connect(servers.as_str())
+        let client = async_nats::connect(addresses.clone())
             .await
             .with_context(|| format!("cannot connect to NATS at {servers}"))?;
         contexts.push(async_nats::jetstream::new(client));
@@ -94,16 +104,31 @@ pub async fn run(args: JetStreamArgs) -> anyhow::Result<BenchReport> {
     let outcome = async {
         for (p, subject) in subjects.iter().enumerate() {
             let name = format!("{prefix}_{p}");
-            let stream = contexts[0]
-                .create_stream(StreamConfig {
-                    name: name.clone(),
-                    subjects: vec![subject.clone()],
-                    storage: StorageType::File,
-                    num_replicas: args.replicas as usize,
-                    ..Default::default()
-                })
-                .await
-                .with_context(|| format!("cannot create the stream '{name}'"))?;
+            let config = StreamConfig {
+                name: name.clone(),
+                subjects: vec![subject.clone()],
+                storage: StorageType::File,
+                num_replicas: args.replicas as usize,
+                ..Default::default()
+            };
+            // A cluster just started may not have placed its meta leader yet: its API
+            // times out until then.
+            let give_up = tokio::time::Instant::now() + STREAM_CREATE_WAIT;
+            let stream = loop {
+                match contexts[0].create_stream(config.clone()).await {
+                    Ok(stream) => break stream,
+                    Err(error)
+                        if error.kind() == CreateStreamErrorKind::TimedOut
+                            && tokio::time::Instant::now() < give_up =>
+                    {
+                        eprintln!("creating '{name}' timed out; trying again");
+                    }
+                    Err(error) => {
+                        return Err(anyhow::Error::new(error)
+                            .context(format!("cannot create the stream '{name}'")));
+                    }
+                }
+            };
             streams.push((name, stream));
         }
         measure(&args, &contexts, &prefix, &subjects, &streams).await
