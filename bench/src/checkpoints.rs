@@ -126,16 +126,6 @@ impl EventHandler for Counter {
     }
 }
 
-fn latency_ms(histogram: &Histogram<u64>) -> LatencyReport {
-    let ms = |us: u64| us as f64 / 1000.0;
-    LatencyReport {
-        p50: ms(histogram.value_at_quantile(0.5)),
-        p99: ms(histogram.value_at_quantile(0.99)),
-        p999: ms(histogram.value_at_quantile(0.999)),
-        max: ms(histogram.max()),
-    }
-}
-
 async fn wait_until(what: &str, mut done: impl FnMut() -> bool) -> anyhow::Result<Duration> {
     let started = Instant::now();
     while !done() {
@@ -321,7 +311,7 @@ async fn phases(
         processors: args.processors,
         checkpoint_every: args.checkpoint_every,
         store_checkpoints_per_second,
-        store_latency_ms: latency_ms(&store_latency),
+        store_latency_ms: LatencyReport::of(&store_latency),
         balanced_seconds,
         balanced_intervals: balanced_seconds / interval,
         drain_seconds,

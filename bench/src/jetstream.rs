@@ -37,49 +37,19 @@ pub struct JetStreamArgs {
     /// NATS server URLs, comma-separated, e.g. nats://127.0.0.1:4222.
     #[arg(long, value_delimiter = ',', default_value = "nats://127.0.0.1:4222")]
     pub servers: Vec<String>,
-    /// Streams to create, one per partition of the equivalent Tributary hub.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
-    pub partitions: u32,
+    #[command(flatten)]
+    pub load: crate::LoadArgs,
     /// Replicas of each stream (JetStream allows 1 to 5).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=5))]
     pub replicas: u32,
-    /// Concurrent producers; producer i publishes to stream i mod partitions, one send in
-    /// flight each.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
-    pub producers: u32,
-    /// Body size of each message, in bytes.
-    #[arg(long, default_value_t = 1024)]
-    pub event_size: usize,
-    /// Messages per send: published together, then their acknowledgements awaited.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    pub batch_size: u32,
-    /// How long to send, e.g. 10s, 1m.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    pub duration: Duration,
-    /// Target rate in messages per second over all producers (fixed schedule, latency
-    /// from when a send was due); without it, as fast as acknowledgements come.
-    #[arg(long, value_parser = crate::positive_rate)]
-    pub rate: Option<f64>,
-    /// Consumer connections reading every stream from new messages on, timing each end
-    /// to end (needs --event-size 8 or more). 0: no consumers.
-    #[arg(long, default_value_t = 0)]
-    pub consumers: u32,
     /// Print the report as one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Also append the report as one CSV row to this file.
-    #[arg(long)]
-    pub csv: Option<std::path::PathBuf>,
 }
 
 /// Runs the bench against the JetStream cluster at `args.servers` and prints the report.
 pub async fn run(args: JetStreamArgs) -> anyhow::Result<BenchReport> {
-    if args.consumers > 0 && args.event_size < load::TIMESTAMP_BYTES {
-        anyhow::bail!(
-            "--consumers need --event-size {} or more (the send time travels in each body)",
-            load::TIMESTAMP_BYTES
-        );
-    }
+    args.load.check()?;
     let servers = args.servers.join(",");
     let addresses = args
         .servers
@@ -90,14 +60,14 @@ pub async fn run(args: JetStreamArgs) -> anyhow::Result<BenchReport> {
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut contexts = Vec::new();
-    for _ in 0..args.producers.min(CONNECTIONS_MAX) {
+    for _ in 0..args.load.producers.min(CONNECTIONS_MAX) {
         let client = async_nats::connect(addresses.clone())
             .await
             .with_context(|| format!("cannot connect to NATS at {servers}"))?;
         contexts.push(async_nats::jetstream::new(client));
     }
     let prefix = format!("bench_{:08x}", rand::random::<u32>());
-    let subjects: Vec<String> = (0..args.partitions)
+    let subjects: Vec<String> = (0..args.load.partitions)
         .map(|p| format!("{prefix}.{p}"))
         .collect();
     let mut streams = Vec::new();
@@ -140,7 +110,7 @@ pub async fn run(args: JetStreamArgs) -> anyhow::Result<BenchReport> {
         }
     }
     let report = outcome?;
-    crate::emit(&report, args.json, args.csv.as_deref())?;
+    crate::emit(&report, args.json, args.load.csv.as_deref())?;
     Ok(report)
 }
 
@@ -151,11 +121,11 @@ async fn measure(
     subjects: &[String],
     streams: &[(String, async_nats::jetstream::stream::Stream)],
 ) -> anyhow::Result<BenchReport> {
-    let consumers = if args.consumers > 0 {
+    let consumers = if args.load.consumers > 0 {
         let mut sources = Vec::new();
         for (index, (name, _)) in streams.iter().enumerate() {
             // Each reader on its own connection's context, spread like the producers.
-            let context = &contexts[index % contexts.len().min(args.consumers as usize)];
+            let context = &contexts[index % contexts.len().min(args.load.consumers as usize)];
             let stream = context
                 .get_stream(name)
                 .await
@@ -181,31 +151,29 @@ async fn measure(
         "publishing to {} streams '{prefix}_*' ({} replicas) from {} producers{} for {}...",
         subjects.len(),
         args.replicas,
-        args.producers,
-        args.rate
+        args.load.producers,
+        args.load
+            .rate
             .map_or_else(String::new, |rate| format!(" at {rate:.0} messages/s")),
-        humantime::format_duration(args.duration)
+        humantime::format_duration(args.load.duration)
     );
-    let sinks = (0..args.producers as usize)
+    let sinks = (0..args.load.producers as usize)
         .map(|index| JetStreamSink {
             context: contexts[index % contexts.len()].clone(),
             subject: subjects[index % subjects.len()].clone().into(),
         })
         .collect();
-    let shape = load::Shape {
-        batch_size: args.batch_size,
-        event_size: args.event_size,
-        duration: args.duration,
-        rate: args.rate,
-        timestamps: consumers.is_some(),
-    };
+    let shape = args.load.shape(consumers.is_some());
     let outcome = load::run(sinks, &shape)
         .await
         .context("a producer failed")?;
     let consumed = match consumers {
         Some(consumers) => Some(
             consumers
-                .finish(outcome.sends * u64::from(args.batch_size), CONSUMER_GRACE)
+                .finish(
+                    outcome.sends * u64::from(args.load.batch_size),
+                    CONSUMER_GRACE,
+                )
                 .await
                 .context("a consumer failed")?,
         ),
@@ -213,14 +181,14 @@ async fn measure(
     };
     Ok(BenchReport::from_measurements(report::Measurements {
         hub: format!("jetstream:{prefix}"),
-        partitions: args.partitions,
+        partitions: args.load.partitions,
         replication_factor: args.replicas,
-        producers: args.producers,
-        event_size_bytes: args.event_size,
-        batch_size: args.batch_size,
-        target_events_per_second: args.rate,
+        producers: args.load.producers,
+        event_size_bytes: args.load.event_size,
+        batch_size: args.load.batch_size,
+        target_events_per_second: args.load.rate,
         key_distribution: KeyDistribution::Partition,
-        consumers: args.consumers,
+        consumers: args.load.consumers,
         elapsed_seconds: outcome.elapsed.as_secs_f64(),
         sends: outcome.sends,
         errors: outcome.errors,

@@ -37,47 +37,18 @@ pub struct BenchArgs {
     /// Other benchmarks; without one, `bench` measures send throughput against --endpoint.
     #[command(subcommand)]
     pub command: Option<BenchCommand>,
-    /// Partitions of the hub the bench creates (ignored with an existing --hub).
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
-    pub partitions: u32,
-    /// Concurrent producers; producer i sends to partition i mod partitions, one send in
-    /// flight each.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
-    pub producers: u32,
-    /// Body size of each event, in bytes.
-    #[arg(long, default_value_t = 1024)]
-    pub event_size: usize,
-    /// Events per send request.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    pub batch_size: u32,
+    #[command(flatten)]
+    pub load: LoadArgs,
     /// Replicas of each partition of the hub the bench creates (default: the cluster's,
     /// 3 or the number of nodes if fewer).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub replication_factor: Option<u32>,
-    /// Target rate in events per second over all producers, each sending on a fixed
-    /// schedule (latency counts from when a send was due). Without it, every producer sends
-    /// as fast as replies come (the maximum rate).
-    #[arg(long, value_parser = positive_rate)]
-    pub rate: Option<f64>,
     /// How sends pick their partition.
     #[arg(long, value_enum, default_value_t = KeyDistribution::Partition)]
     pub key_distribution: KeyDistribution,
     /// Distinct keys with --key-distribution random-key.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     pub key_count: u32,
-    /// Consumer connections reading every partition from the latest position while the
-    /// producers send; they measure end-to-end latency (send to delivery) from the send
-    /// time written into each body's first 8 bytes (so --event-size must be at least 8).
-    /// 0: no consumers.
-    #[arg(long, default_value_t = 0)]
-    pub consumers: u32,
-    /// Also append the report as one CSV row to this file (with a header line first when
-    /// the file is new or empty).
-    #[arg(long)]
-    pub csv: Option<std::path::PathBuf>,
-    /// How long to send, e.g. 10s, 1m.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    pub duration: Duration,
     /// Event hub to send to. Without it, a fresh hub `bench-<random>` with --partitions
     /// partitions is created. A hub the bench created (also a named one that did not exist)
     /// is deleted afterwards unless --keep; an existing hub is never deleted.
@@ -97,6 +68,68 @@ pub struct BenchArgs {
         default_value = "http://127.0.0.1:7402/metrics"
     )]
     pub metrics_url: Vec<String>,
+}
+
+/// The shape of a load, the same for Tributary and a peer system.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LoadArgs {
+    /// Partitions to spread the load over (of the hub the bench creates, ignored with an
+    /// existing --hub; on a peer, one stream each).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    pub partitions: u32,
+    /// Concurrent producers; producer i sends to partition i mod partitions (with the
+    /// default key distribution), one send in flight each.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub producers: u32,
+    /// Body size of each event, in bytes.
+    #[arg(long, default_value_t = 1024)]
+    pub event_size: usize,
+    /// Events per send request.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch_size: u32,
+    /// How long to send, e.g. 10s, 1m.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Target rate in events per second over all producers, each sending on a fixed
+    /// schedule (latency counts from when a send was due). Without it, every producer sends
+    /// as fast as replies come (the maximum rate).
+    #[arg(long, value_parser = positive_rate)]
+    pub rate: Option<f64>,
+    /// Consumer connections reading every partition from the latest position while the
+    /// producers send; they measure end-to-end latency (send to delivery) from the send
+    /// time written into each body's first 8 bytes (so --event-size must be at least 8).
+    /// 0: no consumers.
+    #[arg(long, default_value_t = 0)]
+    pub consumers: u32,
+    /// Also append the report as one CSV row to this file (with a header line first when
+    /// the file is new or empty).
+    #[arg(long)]
+    pub csv: Option<std::path::PathBuf>,
+}
+
+impl LoadArgs {
+    /// Refuses consumers without room for the send time in each body.
+    fn check(&self) -> anyhow::Result<()> {
+        if self.consumers > 0 && self.event_size < load::TIMESTAMP_BYTES {
+            anyhow::bail!(
+                "--consumers measure end-to-end latency from a send time in each body's first \
+                 {} bytes: use --event-size {} or more, or --consumers 0",
+                load::TIMESTAMP_BYTES,
+                load::TIMESTAMP_BYTES
+            );
+        }
+        Ok(())
+    }
+
+    fn shape(&self, timestamps: bool) -> load::Shape {
+        load::Shape {
+            batch_size: self.batch_size,
+            event_size: self.event_size,
+            duration: self.duration,
+            rate: self.rate,
+            timestamps,
+        }
+    }
 }
 
 #[derive(Debug, Clone, clap::Subcommand)]
@@ -126,15 +159,8 @@ pub async fn main(endpoint: &str, args: BenchArgs, json: bool) -> anyhow::Result
 /// Runs the bench against the node at `endpoint` and prints the report on stdout: a table,
 /// or one JSON object if `json`. Progress notes go to stderr.
 pub async fn run(endpoint: &str, args: BenchArgs, json: bool) -> anyhow::Result<BenchReport> {
-    if args.consumers > 0 && args.event_size < load::TIMESTAMP_BYTES {
-        anyhow::bail!(
-            "--consumers measure end-to-end latency from a send time in each body's first {} \
-             bytes: use --event-size {} or more, or --consumers 0",
-            load::TIMESTAMP_BYTES,
-            load::TIMESTAMP_BYTES
-        );
-    }
-    let connections = args.producers.min(CONNECTIONS_MAX);
+    args.load.check()?;
+    let connections = args.load.producers.min(CONNECTIONS_MAX);
     let mut clients = Vec::with_capacity(connections as usize);
     for _ in 0..connections {
         clients.push(Client::connect(endpoint).await?);
@@ -151,7 +177,7 @@ pub async fn run(endpoint: &str, args: BenchArgs, json: bool) -> anyhow::Result<
         );
     }
     let report = outcome?;
-    emit(&report, json, args.csv.as_deref())?;
+    emit(&report, json, args.load.csv.as_deref())?;
     Ok(report)
 }
 
@@ -180,11 +206,15 @@ async fn measure(
     hub: &BenchHub,
     args: &BenchArgs,
 ) -> anyhow::Result<BenchReport> {
-    let consumers = if args.consumers > 0 {
-        let sources =
-            consume::tributary_sources(endpoint, &hub.name, &hub.partition_ids, args.consumers)
-                .await
-                .with_context(|| format!("cannot start reading '{}'", hub.name))?;
+    let consumers = if args.load.consumers > 0 {
+        let sources = consume::tributary_sources(
+            endpoint,
+            &hub.name,
+            &hub.partition_ids,
+            args.load.consumers,
+        )
+        .await
+        .with_context(|| format!("cannot start reading '{}'", hub.name))?;
         Some(consume::Consumers::spawn(sources))
     } else {
         None
@@ -194,16 +224,17 @@ async fn measure(
         hub.name,
         hub.partition_ids.len(),
         hub.replication_factor,
-        args.producers,
-        args.rate
+        args.load.producers,
+        args.load
+            .rate
             .map_or_else(String::new, |rate| format!(" at {rate:.0} events/s")),
-        humantime::format_duration(args.duration)
+        humantime::format_duration(args.load.duration)
     );
 
     let before = sample_nodes(&args.metrics_url).await;
     let before_at = Instant::now();
     let hub_name: std::sync::Arc<str> = hub.name.as_str().into();
-    let sinks = (0..args.producers as usize)
+    let sinks = (0..args.load.producers as usize)
         .map(|index| {
             load::TributarySink::new(
                 &clients[index % clients.len()],
@@ -215,13 +246,7 @@ async fn measure(
             )
         })
         .collect();
-    let shape = load::Shape {
-        batch_size: args.batch_size,
-        event_size: args.event_size,
-        duration: args.duration,
-        rate: args.rate,
-        timestamps: consumers.is_some(),
-    };
+    let shape = args.load.shape(consumers.is_some());
     let outcome = load::run(sinks, &shape).await;
     let after = sample_nodes(&args.metrics_url).await;
     let metrics_window = before_at.elapsed().as_secs_f64();
@@ -230,7 +255,10 @@ async fn measure(
     let consumed = match consumers {
         Some(consumers) => Some(
             consumers
-                .finish(outcome.sends * u64::from(args.batch_size), CONSUMER_GRACE)
+                .finish(
+                    outcome.sends * u64::from(args.load.batch_size),
+                    CONSUMER_GRACE,
+                )
                 .await
                 .with_context(|| format!("a consumer failed while reading '{}'", hub.name))?,
         ),
@@ -249,12 +277,12 @@ async fn measure(
         hub: hub.name.clone(),
         partitions: hub.partition_ids.len() as u32,
         replication_factor: hub.replication_factor,
-        producers: args.producers,
-        event_size_bytes: args.event_size,
-        batch_size: args.batch_size,
-        target_events_per_second: args.rate,
+        producers: args.load.producers,
+        event_size_bytes: args.load.event_size,
+        batch_size: args.load.batch_size,
+        target_events_per_second: args.load.rate,
         key_distribution: args.key_distribution,
-        consumers: args.consumers,
+        consumers: args.load.consumers,
         elapsed_seconds: outcome.elapsed.as_secs_f64(),
         sends: outcome.sends,
         errors: outcome.errors,
@@ -298,7 +326,12 @@ async fn prepare_hub(client: &Client, args: &BenchArgs) -> anyhow::Result<BenchH
         Some(hub) => (hub, false),
         None => {
             let hub = client
-                .create_replicated_event_hub(&name, args.partitions, None, args.replication_factor)
+                .create_replicated_event_hub(
+                    &name,
+                    args.load.partitions,
+                    None,
+                    args.replication_factor,
+                )
                 .await
                 .with_context(|| format!("cannot create the bench hub '{name}'"))?;
             (hub, true)

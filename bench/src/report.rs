@@ -240,7 +240,8 @@ impl BenchReport {
 }
 
 impl LatencyReport {
-    fn of(latency_us: &Histogram<u64>) -> LatencyReport {
+    /// Percentiles of a histogram of microseconds, in milliseconds.
+    pub(crate) fn of(latency_us: &Histogram<u64>) -> LatencyReport {
         let ms = |us: u64| us as f64 / 1000.0;
         LatencyReport {
             p50: ms(latency_us.value_at_quantile(0.5)),
