@@ -10,6 +10,7 @@
 mod checkpoints;
 mod consume;
 mod failover;
+mod idle;
 #[cfg(feature = "jetstream")]
 pub mod jetstream;
 mod load;
@@ -18,6 +19,7 @@ mod report;
 
 pub use checkpoints::{CheckpointsArgs, CheckpointsReport};
 pub use failover::{FailoverArgs, FailoverReport};
+pub use idle::{IdleArgs, IdleReport};
 pub use load::KeyDistribution;
 pub use report::{BenchReport, LatencyReport};
 
@@ -140,6 +142,10 @@ pub enum BenchCommand {
     /// Measure the cluster's checkpoint store (checkpoints/s), event processors draining a
     /// backlog while checkpointing, and load-balancing time, on a scratch hub at --endpoint.
     Checkpoints(CheckpointsArgs),
+    /// Create a hub with many partitions (1,000 by default) at --endpoint, time how long
+    /// until every partition has a leader, then measure each node's CPU and memory while
+    /// it sits idle.
+    Idle(IdleArgs),
 }
 
 /// Runs the benchmark `args` selects and prints its report: a table, or one JSON object if
@@ -152,6 +158,7 @@ pub async fn main(endpoint: &str, args: BenchArgs, json: bool) -> anyhow::Result
                 .await
                 .map(drop)
         }
+        Some(BenchCommand::Idle(idle)) => idle::run(endpoint, idle, json).await.map(drop),
         None => run(endpoint, args, json).await.map(drop),
     }
 }
@@ -358,7 +365,7 @@ async fn prepare_hub(client: &Client, args: &BenchArgs) -> anyhow::Result<BenchH
 }
 
 /// One read of every node's metrics page, in order.
-async fn sample_nodes(urls: &[String]) -> Vec<Result<metrics::NodeSample, String>> {
+pub(crate) async fn sample_nodes(urls: &[String]) -> Vec<Result<metrics::NodeSample, String>> {
     let reads = urls.iter().map(|url| async move {
         metrics::sample(url)
             .await
@@ -389,7 +396,7 @@ fn fsyncs_between(
 }
 
 /// A node's CPU use over the run and its resident memory at the end.
-fn node_usage(
+pub(crate) fn node_usage(
     url: &str,
     before: &Result<metrics::NodeSample, String>,
     after: &Result<metrics::NodeSample, String>,

@@ -142,6 +142,43 @@ async fn bench_shows_group_commit() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--event-size 8 or more"), "{stderr}");
+
+    // Idle partitions: every one gets a leader, the node's idle CPU and memory are
+    // reported, and the hub is gone afterwards.
+    let stdout = cli_ok(
+        &node.endpoint(),
+        &[
+            "bench",
+            "idle",
+            "--partitions",
+            "20",
+            "--settle",
+            "0s",
+            "--measure",
+            "1s",
+            "--metrics-url",
+            &node.metrics_url(),
+            "--output",
+            "json",
+        ],
+    )
+    .await;
+    let report: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!("bench idle --output json prints one JSON object ({e}): {stdout}")
+    });
+    eprintln!("bench idle report: {report}");
+    assert!(
+        report["all_led_seconds"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    assert_eq!(report["replicas_per_node"][0][1], 20, "{report}");
+    assert!(
+        report["nodes"][0]["resident_mib"].as_f64().unwrap() > 1.0
+            && report["nodes"][0]["cpu_percent"].as_f64().is_some(),
+        "{report}"
+    );
+    let hubs = client.list_event_hubs().await.unwrap();
+    assert!(hubs.is_empty(), "the idle bench's hub is gone: {hubs:?}");
 }
 
 /// `tributary bench checkpoints` on a small scale: every phase reports, the backlog is
