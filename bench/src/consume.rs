@@ -3,7 +3,6 @@
 //! body's first bytes) to its delivery: end-to-end latency.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -11,7 +10,6 @@ use futures::StreamExt as _;
 use hdrhistogram::Histogram;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tokio::time::Instant;
 use tributary_client::{Client, ClientError, EventPosition, ReceiveStream};
 
 use crate::load::{LATENCY_US_MAX, TIMESTAMP_BYTES, new_histogram, unix_micros};
@@ -25,7 +23,8 @@ pub(crate) trait Source: Send + 'static {
 /// Readers that run until [`Consumers::finish`].
 pub(crate) struct Consumers {
     tasks: JoinSet<anyhow::Result<Histogram<u64>>>,
-    received: Arc<AtomicU64>,
+    /// Events received so far, over all readers.
+    received: Arc<watch::Sender<u64>>,
     stop: watch::Sender<bool>,
 }
 
@@ -78,7 +77,7 @@ impl Consumers {
     /// body's first bytes to its delivery.
     pub(crate) fn spawn<S: Source>(sources: Vec<S>) -> Consumers {
         let (stop, stopped) = watch::channel(false);
-        let received = Arc::new(AtomicU64::new(0));
+        let received = Arc::new(watch::Sender::new(0u64));
         let mut tasks = JoinSet::new();
         for mut source in sources {
             let mut stopped = stopped.clone();
@@ -101,7 +100,7 @@ impl Consumers {
                             );
                         }
                     }
-                    received.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    received.send_modify(|n| *n += batch.len() as u64);
                 }
                 Ok(latency_us)
             });
@@ -120,10 +119,9 @@ impl Consumers {
         sent: u64,
         grace: Duration,
     ) -> anyhow::Result<ConsumeOutcome> {
-        let give_up = Instant::now() + grace;
-        while self.received.load(Ordering::Relaxed) < sent && Instant::now() < give_up {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let mut received = self.received.subscribe();
+        // Whether all arrived or the grace ran out, what was received is reported.
+        let _ = tokio::time::timeout(grace, received.wait_for(|n| *n >= sent)).await;
         self.stop.send_replace(true);
         let mut latency_us = new_histogram();
         let mut first_error = None;
@@ -140,9 +138,20 @@ impl Consumers {
         match first_error {
             Some(error) => Err(error),
             None => Ok(ConsumeOutcome {
-                events_received: self.received.load(Ordering::Relaxed),
+                events_received: *self.received.borrow(),
                 latency_us,
             }),
         }
+    }
+}
+
+/// Finishes `consumers`, if any (see [`Consumers::finish`]).
+pub(crate) async fn finish(
+    consumers: Option<Consumers>,
+    sent: u64,
+) -> anyhow::Result<Option<ConsumeOutcome>> {
+    match consumers {
+        Some(consumers) => Ok(Some(consumers.finish(sent, crate::CONSUMER_GRACE).await?)),
+        None => Ok(None),
     }
 }

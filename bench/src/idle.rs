@@ -172,27 +172,15 @@ impl IdleReport {
             ),
         ];
         for node in &self.nodes {
-            let figure = |value: Option<f64>, unit: &str| {
-                value.map_or_else(|| "unavailable".to_owned(), |v| format!("{v:.1}{unit}"))
-            };
-            let mut usage = format!(
-                "CPU {} of one core, resident {} (idle, over {:.0}s)",
-                figure(node.cpu_percent, "%"),
-                figure(node.resident_mib, " MiB"),
-                self.measured_seconds
-            );
-            if let Some(reason) = &node.unavailable_reason {
-                usage.push_str(&format!(" ({reason})"));
-            }
-            rows.push((format!("node {}", node.metrics_url), usage));
+            rows.push((
+                format!("node {}", node.metrics_url),
+                format!(
+                    "{} (idle, over {:.0}s)",
+                    node.describe(),
+                    self.measured_seconds
+                ),
+            ));
         }
-        let width = rows
-            .iter()
-            .map(|(k, _)| k.chars().count())
-            .max()
-            .unwrap_or(0);
-        rows.iter()
-            .map(|(k, v)| format!("{k}{}  {v}\n", " ".repeat(width - k.chars().count())))
-            .collect()
+        crate::report::key_value_table(&rows)
     }
 }

@@ -20,10 +20,10 @@ use async_nats::jetstream::stream::{Config as StreamConfig, StorageType};
 use bytes::Bytes;
 use futures::StreamExt as _;
 
+use crate::KeyDistribution;
 use crate::consume::{Consumers, Source};
 use crate::load::{self, SendError, Sink};
 use crate::report::{self, BenchReport};
-use crate::{CONSUMER_GRACE, KeyDistribution};
 
 /// Connections the producers are spread over.
 const CONNECTIONS_MAX: u32 = 8;
@@ -167,18 +167,10 @@ async fn measure(
     let outcome = load::run(sinks, &shape)
         .await
         .context("a producer failed")?;
-    let consumed = match consumers {
-        Some(consumers) => Some(
-            consumers
-                .finish(
-                    outcome.sends * u64::from(args.load.batch_size),
-                    CONSUMER_GRACE,
-                )
-                .await
-                .context("a consumer failed")?,
-        ),
-        None => None,
-    };
+    let consumed =
+        crate::consume::finish(consumers, outcome.sends * u64::from(args.load.batch_size))
+            .await
+            .context("a consumer failed")?;
     Ok(BenchReport::from_measurements(report::Measurements {
         hub: format!("jetstream:{prefix}"),
         partitions: args.load.partitions,

@@ -259,18 +259,9 @@ async fn measure(
     let metrics_window = before_at.elapsed().as_secs_f64();
     let outcome =
         outcome.with_context(|| format!("a producer failed while sending to '{}'", hub.name))?;
-    let consumed = match consumers {
-        Some(consumers) => Some(
-            consumers
-                .finish(
-                    outcome.sends * u64::from(args.load.batch_size),
-                    CONSUMER_GRACE,
-                )
-                .await
-                .with_context(|| format!("a consumer failed while reading '{}'", hub.name))?,
-        ),
-        None => None,
-    };
+    let consumed = consume::finish(consumers, outcome.sends * u64::from(args.load.batch_size))
+        .await
+        .with_context(|| format!("a consumer failed while reading '{}'", hub.name))?;
 
     let fsyncs =
         fsyncs_between(&args.metrics_url, &before, &after).map(|fsyncs| (fsyncs, metrics_window));

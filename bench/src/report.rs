@@ -212,30 +212,43 @@ impl BenchReport {
             ("errors", self.errors.to_string()),
         ];
         for node in &self.nodes {
-            let figure = |value: Option<f64>, unit: &str| {
-                value.map_or_else(|| "unavailable".to_owned(), |v| format!("{v:.1}{unit}"))
-            };
-            let mut usage = format!(
-                "CPU {} of one core, resident {}",
-                figure(node.cpu_percent, "%"),
-                figure(node.resident_mib, " MiB")
-            );
-            if let Some(reason) = &node.unavailable_reason {
-                let _ = write!(usage, " ({reason})");
-            }
-            rows.push(("node", format!("{}: {usage}", node.metrics_url)));
+            rows.push(("node", format!("{}: {}", node.metrics_url, node.describe())));
         }
-        let width = rows
-            .iter()
-            .map(|(k, _)| k.chars().count())
-            .max()
-            .unwrap_or(0);
-        let mut text = String::new();
-        for (key, value) in rows {
-            let pad = width - key.chars().count();
-            let _ = writeln!(text, "{key}{}  {value}", " ".repeat(pad));
+        key_value_table(&rows)
+    }
+}
+
+/// Rows of `key  value`, the keys padded to one width.
+pub(crate) fn key_value_table<K: AsRef<str>>(rows: &[(K, String)]) -> String {
+    let width = rows
+        .iter()
+        .map(|(k, _)| k.as_ref().chars().count())
+        .max()
+        .unwrap_or(0);
+    let mut text = String::new();
+    for (key, value) in rows {
+        let key = key.as_ref();
+        let pad = width - key.chars().count();
+        let _ = writeln!(text, "{key}{}  {value}", " ".repeat(pad));
+    }
+    text
+}
+
+impl NodeUsage {
+    /// "CPU 42.0% of one core, resident 100.0 MiB", with why a figure is missing.
+    pub(crate) fn describe(&self) -> String {
+        let figure = |value: Option<f64>, unit: &str| {
+            value.map_or_else(|| "unavailable".to_owned(), |v| format!("{v:.1}{unit}"))
+        };
+        let mut usage = format!(
+            "CPU {} of one core, resident {}",
+            figure(self.cpu_percent, "%"),
+            figure(self.resident_mib, " MiB")
+        );
+        if let Some(reason) = &self.unavailable_reason {
+            let _ = write!(usage, " ({reason})");
         }
-        text
+        usage
     }
 }
 
