@@ -9,6 +9,7 @@ mod error;
 mod mutation;
 mod shard;
 mod tables;
+mod wal;
 
 pub use error::StorageError;
 pub use mutation::{Durability, IndexRow, MetaKey, Mutation};

@@ -8,6 +8,7 @@
 //! | `offset_index` | (group, first offset) | first sequence |
 //! | `time_index` | (group, enqueued ms, first sequence) | () |
 //! | `catalog` | name | node-level records (identity, hubs) |
+//! | `wal_state` | `"generation"` | the write-ahead log generation that follows the last checkpoint |
 
 use redb::TableDefinition;
 
@@ -20,3 +21,5 @@ pub(crate) const OFFSET_INDEX: TableDefinition<(u64, i64), i64> =
 pub(crate) const TIME_INDEX: TableDefinition<(u64, i64, i64), ()> =
     TableDefinition::new("time_index");
 pub(crate) const CATALOG: TableDefinition<&str, &[u8]> = TableDefinition::new("catalog");
+pub(crate) const WAL_STATE: TableDefinition<&str, u64> = TableDefinition::new("wal_state");
+pub(crate) const WAL_GENERATION: &str = "generation";
