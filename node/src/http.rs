@@ -31,6 +31,11 @@ pub fn metrics_handle() -> PrometheusHandle {
                 "tributary_storage_commit_batch_writes",
                 "Writes merged into one storage transaction (group commit)"
             );
+            metrics::describe_histogram!(
+                "tributary_storage_commit_seconds",
+                metrics::Unit::Seconds,
+                "Time one storage transaction takes to commit (with its fsync when durable)"
+            );
             metrics::describe_counter!("tributary_events_in_total", "Events accepted by sends");
             metrics::describe_gauge!(
                 "tributary_sends_in_flight",

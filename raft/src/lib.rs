@@ -20,8 +20,8 @@ pub use network::{Connector, NetworkFactory, PEER_MESSAGE_BYTES_MAX, PeerRouter,
 pub use peer_service::PeerService;
 pub use types::{
     AppendBatch, AppendOutcome, Entry, LogId, ProducerStamp, Proposal, ProposalResult, Raft,
-    RaftSettings, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig, group_config,
-    group_config_with,
+    RaftSettings, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
+    WriteResponder, group_config, group_config_with,
 };
 
 /// Re-exports of openraft items the node needs, so it names them through this crate.

@@ -1,8 +1,9 @@
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use openraft::OptionalSend;
@@ -17,6 +18,12 @@ use crate::types::TypeConfig;
 /// One group's Raft log and vote, stored in a shared storage shard. Appends of all groups in
 /// the shard are committed together (group commit); openraft's flush callback fires after
 /// the fsync.
+///
+/// `append` only queues the write: openraft's core goes on (accepting sends, replicating)
+/// while the shard commits, so a group has several appends in flight, each sharing an
+/// fsync with every other group's. Entries queued but not yet committed are kept in memory
+/// (`pending`) and served from there, so they are readable as soon as `append` returns, as
+/// openraft requires.
 #[derive(Debug, Clone)]
 pub struct LogStore {
     group: GroupId,
@@ -24,6 +31,9 @@ pub struct LogStore {
     /// First index openraft may read: one past the purged index. Purging keeps the rows
     /// (they are the partition's data) but hides them from openraft.
     first_readable: Arc<AtomicU64>,
+    /// Appended entries whose write has not committed yet, by index. Shared with the log
+    /// readers (clones of this store).
+    pending: Arc<Mutex<BTreeMap<u64, EntryOf<TypeConfig>>>>,
 }
 
 impl LogStore {
@@ -32,6 +42,7 @@ impl LogStore {
             group,
             shard,
             first_readable: Arc::new(AtomicU64::new(0)),
+            pending: Arc::default(),
         };
         let purged: Option<LogIdOf<TypeConfig>> = store.read_meta(MetaKey::Purged)?;
         store.first_readable = Arc::new(AtomicU64::new(purged.map_or(0, |id| id.index() + 1)));
@@ -79,11 +90,30 @@ impl RaftLogReader<TypeConfig> for LogStore {
     ) -> Result<Vec<EntryOf<TypeConfig>>, io::Error> {
         let (start, end) = bounds(&range);
         let start = start.max(self.first_readable.load(Ordering::Acquire));
-        self.shard
-            .log_entries(self.group, start, end)?
+        if start >= end {
+            return Ok(Vec::new());
+        }
+        // Copy the queued entries first: one whose write commits meanwhile leaves `pending`
+        // only after it is in storage, so every index is found in one place or the other.
+        let queued: Vec<EntryOf<TypeConfig>> = self
+            .pending
+            .lock()
+            .expect("pending lock")
+            .range(start..end)
+            .map(|(_, entry)| entry.clone())
+            .collect();
+        if queued.first().is_some_and(|entry| entry.index() == start) {
+            return Ok(queued);
+        }
+        let stored_end = queued.first().map_or(end, |entry| entry.index());
+        let mut entries = self
+            .shard
+            .log_entries(self.group, start, stored_end)?
             .iter()
             .map(|(_, bytes)| decode(bytes))
-            .collect()
+            .collect::<io::Result<Vec<EntryOf<TypeConfig>>>>()?;
+        entries.extend(queued);
+        Ok(entries)
     }
 
     async fn read_vote(&mut self) -> Result<Option<VoteOf<TypeConfig>>, io::Error> {
@@ -96,9 +126,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
         let last_purged_log_id: Option<LogIdOf<TypeConfig>> = self.read_meta(MetaKey::Purged)?;
-        let last = match self.shard.last_log_entry(self.group)? {
-            Some((_, bytes)) => Some(decode::<EntryOf<TypeConfig>>(&bytes)?.log_id()),
-            None => None,
+        let queued = self
+            .pending
+            .lock()
+            .expect("pending lock")
+            .last_key_value()
+            .map(|(_, entry)| entry.log_id());
+        let last = match (queued, self.shard.last_log_entry(self.group)?) {
+            (Some(queued), _) => Some(queued),
+            (None, Some((_, bytes))) => Some(decode::<EntryOf<TypeConfig>>(&bytes)?.log_id()),
+            (None, None) => None,
         };
         // Rows at or below the purge point are kept as data but are not part of the log.
         let last_log_id = match (last, last_purged_log_id) {
@@ -166,27 +203,39 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let mut mutations = Vec::new();
-        for entry in entries {
-            mutations.push(Mutation::PutLog {
-                group: self.group,
-                index: entry.index(),
-                entry: encode(&entry)?,
-            });
-        }
-        // Entries must be readable when this returns, so wait for the commit (shared with
-        // every other group's appends in the shard), then report the flush.
-        let result = self.shard.write(mutations, Durability::Immediate).await;
-        match result {
-            Ok(()) => {
-                callback.io_completed(Ok(()));
-                Ok(())
-            }
-            Err(err) => {
-                let err: io::Error = err.into();
-                callback.io_completed(Err(io::Error::new(err.kind(), err.to_string())));
-                Err(err)
+        let mut ids = Vec::new();
+        {
+            let mut pending = self.pending.lock().expect("pending lock");
+            for entry in entries {
+                mutations.push(Mutation::PutLog {
+                    group: self.group,
+                    index: entry.index(),
+                    entry: encode(&entry)?,
+                });
+                ids.push(entry.log_id());
+                pending.insert(entry.index(), entry);
             }
         }
+        // Queue the write (shared with every other group's in the shard's next commit) and
+        // return: the entries are readable from `pending` meanwhile. Once the commit is
+        // durable they are readable from storage, leave `pending`, and openraft hears of
+        // the flush.
+        let pending = self.pending.clone();
+        self.shard
+            .submit(mutations, Durability::Immediate, move |result| {
+                if result.is_ok() {
+                    let mut pending = pending.lock().expect("pending lock");
+                    for id in ids {
+                        // Unless a truncation replaced it meanwhile.
+                        if pending.get(&id.index()).is_some_and(|e| e.log_id() == id) {
+                            pending.remove(&id.index());
+                        }
+                    }
+                }
+                callback.io_completed(result.map_err(io::Error::from));
+            })
+            .await?;
+        Ok(())
     }
 
     async fn truncate_after(
@@ -194,6 +243,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         last_log_id: Option<LogIdOf<TypeConfig>>,
     ) -> Result<(), io::Error> {
         let from = last_log_id.map_or(0, |id| id.index() + 1);
+        // Queued entries from `from` on go now; the truncation is queued behind their
+        // writes, so storage ends up without them too.
+        drop(self.pending.lock().expect("pending lock").split_off(&from));
         self.shard
             .write(
                 vec![Mutation::TruncateLogFrom {

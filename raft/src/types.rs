@@ -84,6 +84,10 @@ openraft::declare_raft_types!(
         Node = openraft::BasicNode,
 );
 
+/// Hands a client write's result to whoever proposed it (`Raft::client_write_ff`).
+pub type WriteResponder =
+    openraft::impls::ProgressResponder<TypeConfig, openraft::raft::ClientWriteResult<TypeConfig>>;
+
 /// Snapshot payloads are built and installed in memory.
 pub type SnapshotData = Cursor<Vec<u8>>;
 

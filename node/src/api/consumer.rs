@@ -65,7 +65,7 @@ impl Consumer for ConsumerService {
             properties: Some(convert::partition_properties(
                 &req.event_hub,
                 &req.partition_id,
-                &partition.progress(),
+                &partition.settled_progress().await,
             )),
             readers,
         }))

@@ -194,7 +194,7 @@ impl Management for ManagementService {
         Ok(Response::new(convert::partition_properties(
             &req.event_hub,
             &req.partition_id,
-            &partition.progress(),
+            &partition.settled_progress().await,
         )))
     }
 

@@ -48,7 +48,8 @@ impl Producer for ProducerService {
             .into_iter()
             .map(|e| convert::event_record(e, key))
             .collect::<Result<Vec<_>, _>>()?;
-        let size_bytes = codec::encode_batch(&records).len();
+        let events = codec::encode_batch(&records);
+        let size_bytes = events.len();
         let max = self.broker.limits.publish_bytes_max;
         if size_bytes > max {
             return Err(ApiError::new(
@@ -57,6 +58,8 @@ impl Producer for ProducerService {
             )
             .into());
         }
+        let body_bytes = records.iter().map(|r| r.body.len() as u64).sum();
+        let event_count = records.len();
         let index = self.broker.route(&hub, &target)?;
         let producer = match (req.producer_id, &target) {
             (0, _) => None,
@@ -76,7 +79,7 @@ impl Producer for ProducerService {
             hub.throughput_units,
             hub.partition_count,
             size_bytes,
-            records.len(),
+            event_count,
         ) {
             metrics::counter!("tributary_sends_throttled_total").increment(1);
             return Err(ApiError::busy(
@@ -96,7 +99,7 @@ impl Producer for ProducerService {
         // quorum) gives up within the shutdown's drain time, so it never holds the node up.
         let mut closing = self.broker.closing();
         let appended = tokio::select! {
-            appended = partition.append(&records, producer) => {
+            appended = partition.append_encoded(events, body_bytes, producer) => {
                 appended.map_err(|e| self.broker.partition_error(e))?
             }
             _ = async {
@@ -114,7 +117,7 @@ impl Producer for ProducerService {
         FaultHooks::global().after_commit();
         metrics::histogram!("tributary_send_duration_seconds")
             .record(started.elapsed().as_secs_f64());
-        metrics::counter!("tributary_events_in_total").increment(records.len() as u64);
+        metrics::counter!("tributary_events_in_total").increment(event_count as u64);
         metrics::counter!("tributary_bytes_in_total").increment(size_bytes as u64);
         Ok(Response::new(pb::SendResponse {
             partition_id: partition.group.partition.0.to_string(),

@@ -1,5 +1,6 @@
 //! A partition: one Raft group whose log is the partition's data.
 
+pub mod appender;
 pub mod codec;
 pub mod position;
 pub mod state_machine;
@@ -11,12 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Semaphore, watch};
-use tributary_raft::openraft_api::{
-    ClientWriteError, LinearizableReadError, RaftError, ReadPolicy,
-};
+use tributary_raft::openraft_api::{LinearizableReadError, RaftError, ReadPolicy};
 use tributary_raft::{
-    AppendBatch, GroupHost, ProducerStamp, Proposal, ProposalResult, Raft, decode_entry,
-    member_node,
+    GroupHost, ProducerStamp, Proposal, ProposalResult, Raft, decode_entry, member_node,
 };
 use tributary_storage::Shard;
 use tributary_types::{Clock, GroupId, MonotonicStamp, NodeId};
@@ -76,8 +74,13 @@ pub struct Partition {
     member: u64,
     raft: Raft<GroupStateMachine>,
     progress: watch::Receiver<Progress>,
+    /// The log index through which applied entries are readable.
+    visible: watch::Receiver<u64>,
     shard: Shard,
-    stamp: Mutex<MonotonicStamp>,
+    /// The appender's stamp, for the deliberately broken build's own proposals.
+    #[cfg(feature = "fault-ack-before-commit")]
+    stamp: Arc<Mutex<MonotonicStamp>>,
+    appender: appender::Appender,
     clock: Arc<dyn Clock>,
     inflight: Semaphore,
     read_calls: AtomicU64,
@@ -130,6 +133,7 @@ impl Partition {
     ) -> Result<Partition, PartitionError> {
         let (state_machine, progress) =
             PartitionStateMachine::open(group, shard.clone()).map_err(storage)?;
+        let visible = state_machine.visible();
         let node_id = host.node_id();
         let raft = host
             .start(
@@ -142,14 +146,19 @@ impl Partition {
             .await
             .map_err(storage)?;
         let floor = progress.borrow().last_time_ms;
+        let stamp = Arc::new(Mutex::new(MonotonicStamp::new(floor)));
+        let appender = appender::Appender::start(raft.clone(), stamp.clone(), clock.clone());
         Ok(Partition {
             group,
             node_id,
             member,
             raft,
             progress,
+            visible,
             shard,
-            stamp: Mutex::new(MonotonicStamp::new(floor)),
+            #[cfg(feature = "fault-ack-before-commit")]
+            stamp,
+            appender,
             clock,
             inflight: Semaphore::new(PARTITION_INFLIGHT_SENDS_MAX),
             read_calls: AtomicU64::new(0),
@@ -207,7 +216,16 @@ impl Partition {
         )
         .await
         {
-            Ok(Ok(_)) => {
+            Ok(Ok(read)) => {
+                // Applied is not yet readable: wait for the index rows too.
+                let mut visible = self.visible.clone();
+                if visible
+                    .wait_for(|index| *index >= read.index())
+                    .await
+                    .is_err()
+                {
+                    return Err(PartitionError::Closed);
+                }
                 self.caught_up_term.store(term, Ordering::Release);
                 Ok(())
             }
@@ -291,65 +309,97 @@ impl Partition {
         *self.progress.borrow()
     }
 
+    /// The progress once everything this replica has applied so far is readable: a sender
+    /// hears of its numbers a moment before readers see the event, so whoever asks after a
+    /// send's acknowledgement sees it here.
+    pub async fn settled_progress(&self) -> Progress {
+        let applied = {
+            use openraft::type_config::async_runtime::WatchReceiver;
+            let metrics = self.raft.metrics();
+            let last_applied = metrics.borrow_watched().last_applied;
+            last_applied.map_or(0, |id| id.index)
+        };
+        let mut visible = self.visible.clone();
+        // Closed only when the partition stops; the progress so far is all there is then.
+        let _ = visible.wait_for(|index| *index >= applied).await;
+        self.progress()
+    }
+
     /// Follows the partition's committed progress; the sender closes when the partition does.
     pub fn subscribe(&self) -> watch::Receiver<Progress> {
         self.progress.clone()
     }
 
-    /// Appends a batch atomically as one Raft entry; returns once it is committed and applied.
+    /// Appends a batch atomically (its events are one contiguous run of one Raft entry);
+    /// returns once it is committed and applied.
     pub async fn append(
         &self,
         records: &[EventRecord],
+        producer: Option<ProducerStamp>,
+    ) -> Result<Appended, PartitionError> {
+        let events = codec::encode_batch(records);
+        self.append_encoded(events, body_bytes(records), producer)
+            .await
+    }
+
+    /// [`Partition::append`] of a batch encoded with [`codec::encode_batch`], whose event
+    /// bodies hold `body_bytes` bytes.
+    pub async fn append_encoded(
+        &self,
+        events: bytes::Bytes,
+        body_bytes: u64,
         producer: Option<ProducerStamp>,
     ) -> Result<Appended, PartitionError> {
         let _permit = self
             .inflight
             .try_acquire()
             .map_err(|_| PartitionError::Busy)?;
-        let events = codec::encode_batch(records);
         let positions = codec::frame_positions(&events).map_err(storage)?;
-        let enqueued_time_ms = {
-            let mut stamp = self.stamp.lock().expect("stamp lock poisoned");
-            stamp.stamp(self.clock.now_ms())
-        };
-        let proposal = Proposal::Append(AppendBatch {
-            enqueued_time_ms,
-            event_count: records.len() as u32,
-            events,
-            producer,
-        });
+        let event_count = positions.len() as u32;
         #[cfg(feature = "fault-ack-before-commit")]
-        if let Some(guessed) = self.ack_before_commit(&proposal, &positions).await {
-            return Ok(guessed);
+        {
+            let enqueued_time_ms = {
+                let mut stamp = self.stamp.lock().expect("stamp lock poisoned");
+                stamp.stamp(self.clock.now_ms())
+            };
+            let proposal = Proposal::Append(tributary_raft::AppendBatch {
+                enqueued_time_ms,
+                event_count,
+                events: events.clone(),
+                producer,
+            });
+            if let Some(guessed) = self.ack_before_commit(&proposal, &positions).await {
+                return Ok(guessed);
+            }
         }
-        let response = match self.raft.client_write(proposal.clone()).await {
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))
-                if forward.leader_id.is_none() =>
-            {
+        let part = || appender::Part {
+            events: events.clone(),
+            event_count,
+            producer,
+        };
+        let result = match self.appender.append(part()).await {
+            Err(appender::Failure::ForwardToLeader(None)) => {
                 // Just restarted: wait for the election, then try once more.
                 self.wait_for_leader().await?;
-                self.raft.client_write(proposal).await
+                self.appender.append(part()).await
             }
             other => other,
         };
-        let response = response.map_err(|err| match err {
-            RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => {
-                PartitionError::NotLeader {
-                    leader: forward.leader_id.map(member_node),
-                }
-            }
-            RaftError::APIError(other) => storage(other),
-            RaftError::Fatal(fatal) => storage(fatal),
+        let result = result.map_err(|failure| match failure {
+            appender::Failure::ForwardToLeader(leader) => PartitionError::NotLeader {
+                leader: leader.map(member_node),
+            },
+            appender::Failure::Other(message) => PartitionError::Storage(message),
         })?;
-        if let ProposalResult::Appended(_) = &response.data {
+        if let ProposalResult::Appended(_) = &result {
             self.traffic
                 .events_in
-                .fetch_add(records.len() as u64, Ordering::Relaxed);
+                .fetch_add(u64::from(event_count), Ordering::Relaxed);
             self.traffic
                 .bytes_in
-                .fetch_add(body_bytes(records), Ordering::Relaxed);
+                .fetch_add(body_bytes, Ordering::Relaxed);
         }
-        match response.data {
+        match result {
             ProposalResult::OutOfOrder { expected, received } => {
                 Err(PartitionError::OutOfOrder { expected, received })
             }

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
+use std::sync::Arc;
 
 use futures::{Stream, TryStreamExt};
 use serde::{Deserialize, Serialize};
@@ -99,7 +100,9 @@ pub struct PartitionStateMachine {
     group: GroupId,
     shard: Shard,
     state: AppliedState,
-    progress: watch::Sender<Progress>,
+    progress: Arc<watch::Sender<Progress>>,
+    /// The log index through which applied entries are readable (index rows committed).
+    visible: Arc<watch::Sender<u64>>,
 }
 
 impl PartitionStateMachine {
@@ -114,11 +117,20 @@ impl PartitionStateMachine {
             Self {
                 group,
                 shard,
+                progress: Arc::new(progress),
+                visible: Arc::new(watch::channel(state.last_applied.map_or(0, |id| id.index)).0),
                 state,
-                progress,
             },
             rx,
         ))
+    }
+}
+
+impl PartitionStateMachine {
+    /// Follows the log index through which applied entries are readable: openraft counts an
+    /// entry applied a moment before its index rows are committed.
+    pub fn visible(&self) -> watch::Receiver<u64> {
+        self.visible.subscribe()
     }
 }
 
@@ -261,9 +273,23 @@ impl RaftStateMachine<TypeConfig> for PartitionStateMachine {
             value: encode(&self.state)?,
         });
         // Lazy: the index and applied state can be rebuilt from the durable log, which
-        // openraft re-applies after a crash.
-        self.shard.write(mutations, Durability::Lazy).await?;
-        self.progress.send_replace(self.state.progress);
+        // openraft re-applies after a crash. Queued, not awaited: the next entries are
+        // applied while this commits. Senders learn their numbers now (they are decided);
+        // readers learn of the new events once the index rows are readable (the log rows
+        // they point to were queued earlier in the same shard, so they are readable by then
+        // too).
+        let progress = self.progress.clone();
+        let applied = self.state.progress;
+        let visible = self.visible.clone();
+        let applied_index = self.state.last_applied.map_or(0, |id| id.index);
+        self.shard
+            .submit(mutations, Durability::Lazy, move |result| {
+                if result.is_ok() {
+                    progress.send_replace(applied);
+                    visible.send_replace(applied_index);
+                }
+            })
+            .await?;
         for (responder, result) in responders {
             responder.send(result);
         }
@@ -332,6 +358,7 @@ impl RaftStateMachine<TypeConfig> for PartitionStateMachine {
         self.shard.write(mutations, Durability::Immediate).await?;
         self.state = state;
         self.progress.send_replace(self.state.progress);
+        self.visible.send_replace(last_index);
         metrics::counter!("tributary_raft_snapshots_installed_total").increment(1);
         tracing::info!(
             group = %self.group,
@@ -588,6 +615,11 @@ mod tests {
             .unwrap();
         store(target.clone(), late.clone()).await;
         replica.apply(stream(late)).await.unwrap();
+        // Applied entries' index rows are readable a moment later.
+        for visible in [sm.visible(), replica.visible()] {
+            let mut visible = visible;
+            visible.wait_for(|index| *index >= 6).await.unwrap();
+        }
         assert_eq!(replica.state.progress, sm.state.progress);
         assert_eq!(replica.state.progress.next_sequence, 4);
         assert_eq!(replica.state.producers, sm.state.producers);
