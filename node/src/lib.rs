@@ -23,7 +23,6 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
 use tributary_proto::peer::cluster_server::ClusterServer;
 use tributary_proto::peer::node_status_server::NodeStatusServer;
 use tributary_proto::v1::checkpoint_store_server::CheckpointStoreServer;
@@ -172,7 +171,7 @@ impl Node {
                 .add_service(NodeStatusServer::new(status::NodeStatusService {
                     broker: broker.clone(),
                 }))
-                .serve_with_incoming_shutdown(TcpListenerStream::new(peer_listener), async move {
+                .serve_with_incoming_shutdown(no_delay(peer_listener), async move {
                     let _ = peer_shutdown.wait_for(|stop| *stop).await;
                 }),
         );
@@ -223,7 +222,7 @@ impl Node {
             ));
         let mut server_shutdown = shutdown_rx.clone();
         let server = tokio::spawn(server.serve_with_incoming_shutdown(
-            TcpListenerStream::new(client_listener),
+            no_delay(client_listener),
             async move {
                 let _ = server_shutdown.wait_for(|stop| *stop).await;
             },
@@ -362,4 +361,11 @@ fn init_logging(json: bool) {
     } else {
         builder.init();
     }
+}
+
+/// The connections `listener` accepts, with Nagle's algorithm off: a reply is a few small
+/// HTTP/2 frames, and with it on each waited for the peer's delayed acknowledgement of the
+/// last one (tens of milliseconds per Raft round trip and per send).
+fn no_delay(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
 }

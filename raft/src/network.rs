@@ -86,6 +86,10 @@ struct RouterInner {
 #[derive(Clone)]
 pub struct PeerRouter {
     inner: Arc<RouterInner>,
+    /// Whether this handle carries openraft's heartbeats (its heartbeat worker's client):
+    /// only those wait to share a batch. Replication's own empty AppendEntries (they carry
+    /// the commit index) hold up the next entries of their stream, so they go at once.
+    heartbeats: bool,
 }
 
 impl std::fmt::Debug for PeerRouter {
@@ -105,6 +109,15 @@ impl PeerRouter {
                 addresses: RwLock::new(HashMap::new()),
                 channels: RwLock::new(HashMap::new()),
             }),
+            heartbeats: false,
+        }
+    }
+
+    /// The same router, for openraft's heartbeat worker: its messages share batches.
+    fn for_heartbeats(&self) -> PeerRouter {
+        PeerRouter {
+            inner: self.inner.clone(),
+            heartbeats: true,
         }
     }
 
@@ -226,6 +239,12 @@ impl PeerRouter {
     }
 }
 
+/// Whether an AppendEntries waits to share a batch: only heartbeats (no entries, sent by
+/// openraft's heartbeat worker) do.
+fn shares_batches(heartbeat_client: bool, entries: usize) -> bool {
+    heartbeat_client && entries == 0
+}
+
 fn unreachable(err: impl std::fmt::Display) -> Unreachable<TypeConfig> {
     Unreachable::new(&std::io::Error::new(
         std::io::ErrorKind::NotConnected,
@@ -243,8 +262,7 @@ impl GroupRouter<TypeConfig, GroupId> for PeerRouter {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        // Heartbeats (no entries) of all groups to a node share batches.
-        let heartbeat = rpc.entries.is_empty();
+        let heartbeat = shares_batches(self.heartbeats, rpc.entries.len());
         Ok(self
             .call(
                 target,
@@ -376,5 +394,29 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     async fn new_client(&mut self, target: u64, node: &openraft::BasicNode) -> Self::Network {
         self.factory.set_address(target, &node.addr);
         GroupNetworkAdapter::new(self.factory.clone(), target, self.group_id)
+    }
+
+    async fn new_heartbeat_client(
+        &mut self,
+        target: u64,
+        node: &openraft::BasicNode,
+    ) -> Self::Network {
+        self.factory.set_address(target, &node.addr);
+        GroupNetworkAdapter::new(self.factory.for_heartbeats(), target, self.group_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shares_batches;
+
+    #[test]
+    fn only_the_heartbeat_clients_empty_appends_wait_for_a_batch() {
+        assert!(shares_batches(true, 0));
+        // Replication's empty AppendEntries carries the commit index; the stream's next
+        // entries wait for its reply, so it must not wait out a batching window.
+        assert!(!shares_batches(false, 0));
+        assert!(!shares_batches(false, 3));
+        assert!(!shares_batches(true, 3));
     }
 }

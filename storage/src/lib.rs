@@ -1,7 +1,9 @@
 //! Durable structures on redb. A node has a few storage shards; each is one redb database
 //! with one writer thread that merges the writes of every Raft group it holds into one
-//! transaction and one fsync (group commit). This crate knows nothing of Raft or gRPC: it
-//! stores opaque log entries, group metadata and the partition index, keyed by [`GroupId`].
+//! batch: one record and one fsync in the shard's write-ahead log (group commit), then one
+//! redb transaction without an fsync; redb is made durable at checkpoints (`wal.rs`). This
+//! crate knows nothing of Raft or gRPC: it stores opaque log entries, group metadata and
+//! the partition index, keyed by [`GroupId`].
 //!
 //! [`GroupId`]: tributary_types::GroupId
 
