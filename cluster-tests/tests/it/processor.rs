@@ -35,7 +35,6 @@ pub(crate) struct Call {
     /// Counts `partition_initializing` calls of this processor for this partition.
     pub(crate) tenure: u32,
     pub(crate) started: Instant,
-    pub(crate) ended: Instant,
     pub(crate) sequences: Vec<i64>,
 }
 
@@ -56,6 +55,10 @@ pub(crate) struct Recorder {
 impl EventHandler for Recorder {
     async fn process_events(&self, context: &PartitionContext, events: Vec<ReceivedEvent>) {
         let started = Instant::now();
+        // The tenure the events were handed over in (the checkpoint below may wait while
+        // the processor moves on).
+        let tenure = self.history.lock().unwrap().tenures
+            [&(self.name.clone(), context.partition_id.clone())];
         if let Some(last) = events.last()
             && let Err(err) = context.checkpoint(last).await
             && !matches!(err, tributary_client::ClientError::Transport { .. })
@@ -69,13 +72,11 @@ impl EventHandler for Recorder {
             );
         }
         let mut history = self.history.lock().unwrap();
-        let tenure = history.tenures[&(self.name.clone(), context.partition_id.clone())];
         history.calls.push(Call {
             processor: self.name.clone(),
             partition: context.partition_id.clone(),
             tenure,
             started,
-            ended: Instant::now(),
             sequences: events.iter().map(|e| e.sequence_number).collect(),
         });
     }
@@ -209,15 +210,18 @@ pub(crate) fn produce(
 /// Per partition, the tenures (one processor's calls between its initializing and closing)
 /// in order of their first call: consecutive tenures may overlap by at most `HANDOFF_MAX`
 /// (the previous owner finishing what it had received when displaced), others not at all.
+/// A tenure lasts from its first call to the start of its last one: when events were last
+/// handed to the processor, not when its checkpoint of them returned (a checkpoint waits
+/// out a controller election, up to 10 s, without the processor receiving anything).
 /// Returns the longest overlap seen.
 pub(crate) fn check_handoffs(calls: &[Call]) -> Duration {
     let mut tenures: BTreeMap<(String, String, u32), (Instant, Instant)> = BTreeMap::new();
     for c in calls {
         let entry = tenures
             .entry((c.partition.clone(), c.processor.clone(), c.tenure))
-            .or_insert((c.started, c.ended));
+            .or_insert((c.started, c.started));
         entry.0 = entry.0.min(c.started);
-        entry.1 = entry.1.max(c.ended);
+        entry.1 = entry.1.max(c.started);
     }
     let mut by_partition: BTreeMap<String, Vec<(String, Instant, Instant)>> = BTreeMap::new();
     for ((partition, processor, _), (first, last)) in tenures {
