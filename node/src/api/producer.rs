@@ -99,7 +99,7 @@ impl Producer for ProducerService {
         // quorum) gives up within the shutdown's drain time, so it never holds the node up.
         let mut closing = self.broker.closing();
         let appended = tokio::select! {
-            appended = partition.append_encoded(events, body_bytes, producer) => {
+            appended = partition.append(events, body_bytes, producer) => {
                 appended.map_err(|e| self.broker.partition_error(e))?
             }
             _ = async {

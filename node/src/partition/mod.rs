@@ -330,21 +330,10 @@ impl Partition {
         self.progress.clone()
     }
 
-    /// Appends a batch atomically (its events are one contiguous run of one Raft entry);
+    /// Appends a batch encoded with [`codec::encode_batch`], whose event bodies hold
+    /// `body_bytes` bytes, atomically (its events are one contiguous run of one Raft entry);
     /// returns once it is committed and applied.
     pub async fn append(
-        &self,
-        records: &[EventRecord],
-        producer: Option<ProducerStamp>,
-    ) -> Result<Appended, PartitionError> {
-        let events = codec::encode_batch(records);
-        self.append_encoded(events, body_bytes(records), producer)
-            .await
-    }
-
-    /// [`Partition::append`] of a batch encoded with [`codec::encode_batch`], whose event
-    /// bodies hold `body_bytes` bytes.
-    pub async fn append_encoded(
         &self,
         events: bytes::Bytes,
         body_bytes: u64,
