@@ -22,7 +22,7 @@ use futures::StreamExt as _;
 
 use crate::KeyDistribution;
 use crate::consume::{Consumers, Source};
-use crate::load::{self, SendError, Sink};
+use crate::load::{self, Ack, SendError, Sink};
 use crate::report::{self, BenchReport};
 
 /// Connections the producers are spread over.
@@ -178,6 +178,7 @@ async fn measure(
         producers: args.load.producers,
         event_size_bytes: args.load.event_size,
         batch_size: args.load.batch_size,
+        in_flight: args.load.in_flight,
         target_events_per_second: args.load.rate,
         key_distribution: KeyDistribution::Partition,
         consumers: args.load.consumers,
@@ -211,6 +212,17 @@ impl Sink for JetStreamSink {
             ack.await.map_err(publish_error)?;
         }
         Ok(())
+    }
+
+    async fn publish(&mut self, body: Bytes) -> Result<Ack, SendError> {
+        let ack = self
+            .context
+            .publish(self.subject.to_string(), body)
+            .await
+            .map_err(publish_error)?;
+        Ok(Box::pin(async move {
+            ack.await.map(|_| ()).map_err(publish_error)
+        }))
     }
 }
 

@@ -89,6 +89,12 @@ pub struct LoadArgs {
     /// Events per send request.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub batch_size: u32,
+    /// Events each producer keeps unacknowledged. Above 1, producers publish events one by
+    /// one without waiting and the client batches them (Tributary's buffered producer,
+    /// JetStream's asynchronous publish); latency is then per event, from publish to
+    /// acknowledgement. 1: each producer waits for every send (of --batch-size events).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub in_flight: u32,
     /// How long to send, e.g. 10s, 1m.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub duration: Duration,
@@ -112,6 +118,13 @@ pub struct LoadArgs {
 impl LoadArgs {
     /// Refuses consumers without room for the send time in each body.
     fn check(&self) -> anyhow::Result<()> {
+        if self.in_flight > 1 && self.batch_size > 1 {
+            anyhow::bail!(
+                "--in-flight {} publishes events one by one and lets the client batch them: \
+                 leave --batch-size at 1",
+                self.in_flight
+            );
+        }
         if self.consumers > 0 && self.event_size < load::TIMESTAMP_BYTES {
             anyhow::bail!(
                 "--consumers measure end-to-end latency from a send time in each body's first \
@@ -126,6 +139,7 @@ impl LoadArgs {
     fn shape(&self, timestamps: bool) -> load::Shape {
         load::Shape {
             batch_size: self.batch_size,
+            in_flight: self.in_flight,
             event_size: self.event_size,
             duration: self.duration,
             rate: self.rate,
@@ -278,6 +292,7 @@ async fn measure(
         producers: args.load.producers,
         event_size_bytes: args.load.event_size,
         batch_size: args.load.batch_size,
+        in_flight: args.load.in_flight,
         target_events_per_second: args.load.rate,
         key_distribution: args.key_distribution,
         consumers: args.load.consumers,

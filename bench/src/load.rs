@@ -1,17 +1,24 @@
 //! The producers of a bench run: each sends one batch at a time until the deadline, as
-//! fast as replies come or on a fixed schedule (`--rate`), timing every send.
+//! fast as replies come or on a fixed schedule (`--rate`), timing every send. With
+//! `--in-flight N` a producer instead publishes events one by one and keeps up to N of them
+//! unacknowledged (the client batches them: Tributary's buffered producer, JetStream's
+//! asynchronous publish), timing every event from publish to acknowledgement.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
+use futures::StreamExt as _;
+use futures::stream::FuturesUnordered;
 use hdrhistogram::Histogram;
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tributary_client::{Client, EventData, ProducerClient, SendTarget};
+use tributary_client::{
+    BufferedOptions, BufferedProducer, Client, ClientError, EventData, ProducerClient, SendTarget,
+};
 
 /// Latencies above this (in microseconds) are recorded as this.
 pub(crate) const LATENCY_US_MAX: u64 = 3_600_000_000;
@@ -48,7 +55,14 @@ impl KeyDistribution {
 pub(crate) trait Sink: Send + 'static {
     /// Sends `bodies` as one request and waits for its acknowledgement.
     fn send(&mut self, bodies: Vec<Bytes>) -> impl Future<Output = Result<(), SendError>> + Send;
+
+    /// Hands one event to the client without waiting for its acknowledgement; the returned
+    /// future resolves with it.
+    fn publish(&mut self, body: Bytes) -> impl Future<Output = Result<Ack, SendError>> + Send;
 }
+
+/// An event's acknowledgement to come.
+pub(crate) type Ack = futures::future::BoxFuture<'static, Result<(), SendError>>;
 
 /// Why a send failed.
 pub(crate) enum SendError {
@@ -62,6 +76,9 @@ pub(crate) enum SendError {
 /// The shape of the load, whatever it is sent to.
 pub(crate) struct Shape {
     pub(crate) batch_size: u32,
+    /// Events each producer keeps unacknowledged, published one by one; 1: one send
+    /// (of `batch_size` events) at a time.
+    pub(crate) in_flight: u32,
     pub(crate) event_size: usize,
     pub(crate) duration: Duration,
     /// Events per second over all producers; `None`: as fast as replies come.
@@ -101,6 +118,7 @@ pub(crate) async fn run<S: Sink>(sinks: Vec<S>, shape: &Shape) -> anyhow::Result
             sink,
             template: template.clone(),
             batch_size: shape.batch_size as usize,
+            in_flight: shape.in_flight as usize,
             timestamps: shape.timestamps,
             schedule: interval.map(|interval| (first, interval)),
             deadline,
@@ -141,6 +159,8 @@ pub(crate) async fn run<S: Sink>(sinks: Vec<S>, shape: &Shape) -> anyhow::Result
 /// A Tributary producer's sends: one partition, the service's choice, or random keys.
 pub(crate) struct TributarySink {
     producer: ProducerClient,
+    /// Batches published events (with --in-flight above 1).
+    buffered: BufferedProducer,
     hub: Arc<str>,
     target: Target,
 }
@@ -167,6 +187,7 @@ impl TributarySink {
         };
         TributarySink {
             producer: client.producer(),
+            buffered: client.buffered_producer(BufferedOptions::default()),
             hub,
             target,
         }
@@ -182,9 +203,27 @@ impl Sink for TributarySink {
             .await
         {
             Ok(_) => Ok(()),
-            Err(error) if error.is_transient() => Err(SendError::Transient(error.retry_after())),
-            Err(error) => Err(SendError::Fatal(error.into())),
+            Err(error) => Err(send_error(error)),
         }
+    }
+
+    async fn publish(&mut self, body: Bytes) -> Result<Ack, SendError> {
+        let delivery = self
+            .buffered
+            .enqueue(&self.hub, self.target.next(), EventData::from_body(body))
+            .await
+            .map_err(send_error)?;
+        Ok(Box::pin(async move {
+            delivery.await.map(|_| ()).map_err(send_error)
+        }))
+    }
+}
+
+fn send_error(error: ClientError) -> SendError {
+    if error.is_transient() {
+        SendError::Transient(error.retry_after())
+    } else {
+        SendError::Fatal(error.into())
     }
 }
 
@@ -208,6 +247,7 @@ struct Producer<S> {
     sink: S,
     template: Bytes,
     batch_size: usize,
+    in_flight: usize,
     timestamps: bool,
     /// The first send's time and the interval between sends; `None`: back to back.
     schedule: Option<(Instant, Duration)>,
@@ -222,7 +262,15 @@ struct ProducerOutcome {
 }
 
 impl<S: Sink> Producer<S> {
-    async fn run(mut self) -> anyhow::Result<ProducerOutcome> {
+    async fn run(self) -> anyhow::Result<ProducerOutcome> {
+        if self.in_flight > 1 {
+            self.run_pipelined().await
+        } else {
+            self.run_sequential().await
+        }
+    }
+
+    async fn run_sequential(mut self) -> anyhow::Result<ProducerOutcome> {
         let mut outcome = ProducerOutcome {
             sends: 0,
             errors: 0,
@@ -267,17 +315,85 @@ impl<S: Sink> Producer<S> {
         Ok(outcome)
     }
 
-    /// The bodies of one send: the shared template, or with timestamps a copy that starts
-    /// with the send time.
+    /// Publishes events one by one, keeping up to `in_flight` unacknowledged; each event's
+    /// latency runs from when it was due (or published) to its acknowledgement.
+    async fn run_pipelined(mut self) -> anyhow::Result<ProducerOutcome> {
+        let mut outcome = ProducerOutcome {
+            sends: 0,
+            errors: 0,
+            latency_us: new_histogram(),
+        };
+        let mut acks = FuturesUnordered::new();
+        let mut next = self.schedule.map(|(first, _)| first);
+        let mut publishing = true;
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let may_publish = publishing && acks.len() < self.in_flight;
+            let due_at = next;
+            let due = async move {
+                if let Some(due) = due_at {
+                    tokio::time::sleep_until(due).await;
+                }
+            };
+            tokio::select! {
+                biased;
+                Some((due, acked)) = acks.next(), if !acks.is_empty() => match acked {
+                    Ok(()) => {
+                        let due: Instant = due;
+                        let us = u64::try_from(due.elapsed().as_micros()).unwrap_or(u64::MAX);
+                        outcome.latency_us.saturating_record(us.clamp(1, LATENCY_US_MAX));
+                        outcome.sends += 1;
+                    }
+                    Err(SendError::Transient(_)) => outcome.errors += 1,
+                    Err(SendError::Fatal(error)) => return Err(error),
+                },
+                () = due, if may_publish => {
+                    let due = match (&mut next, self.schedule) {
+                        (Some(next), Some((_, interval))) => {
+                            let due = *next;
+                            *next += interval;
+                            due
+                        }
+                        _ => Instant::now(),
+                    };
+                    if due >= self.deadline {
+                        publishing = false;
+                        continue;
+                    }
+                    match self.sink.publish(self.body()).await {
+                        Ok(ack) => acks.push(async move { (due, ack.await) }),
+                        Err(SendError::Transient(retry_after)) => {
+                            outcome.errors += 1;
+                            let pause = retry_after.unwrap_or(ERROR_BACKOFF);
+                            tokio::time::sleep_until((Instant::now() + pause).min(self.deadline))
+                                .await;
+                        }
+                        Err(SendError::Fatal(error)) => return Err(error),
+                    }
+                }
+                else => break,
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// The bodies of one send.
     fn bodies(&self) -> Vec<Bytes> {
-        let body = if self.timestamps {
+        vec![self.body(); self.batch_size]
+    }
+
+    /// One body: the shared template, or with timestamps a copy that starts with the send
+    /// time.
+    fn body(&self) -> Bytes {
+        if self.timestamps {
             let mut body = BytesMut::from(&self.template[..]);
             body[..TIMESTAMP_BYTES].copy_from_slice(&unix_micros().to_le_bytes());
             body.freeze()
         } else {
             self.template.clone()
-        };
-        vec![body; self.batch_size]
+        }
     }
 }
 

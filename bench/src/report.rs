@@ -18,6 +18,9 @@ pub struct BenchReport {
     pub producers: u32,
     pub event_size_bytes: usize,
     pub batch_size: u32,
+    /// Events each producer kept unacknowledged (above 1: published one by one, batched by
+    /// the client; latencies are then per event).
+    pub in_flight: u32,
     /// The `--rate` asked for; `None`: as fast as replies came.
     pub target_events_per_second: Option<f64>,
     pub key_distribution: KeyDistribution,
@@ -91,6 +94,7 @@ pub(crate) struct Measurements {
     pub(crate) producers: u32,
     pub(crate) event_size_bytes: usize,
     pub(crate) batch_size: u32,
+    pub(crate) in_flight: u32,
     pub(crate) target_events_per_second: Option<f64>,
     pub(crate) key_distribution: KeyDistribution,
     pub(crate) consumers: u32,
@@ -126,6 +130,7 @@ impl BenchReport {
             producers: m.producers,
             event_size_bytes: m.event_size_bytes,
             batch_size: m.batch_size,
+            in_flight: m.in_flight,
             target_events_per_second: m.target_events_per_second,
             key_distribution: m.key_distribution,
             consumers: m.consumers,
@@ -185,10 +190,19 @@ impl BenchReport {
             (
                 "load",
                 format!(
-                    "{} producers, {} events of {} B per send, {}, keys: {}",
+                    "{} producers, {}, {}, keys: {}",
                     self.producers,
-                    self.batch_size,
-                    self.event_size_bytes,
+                    if self.in_flight > 1 {
+                        format!(
+                            "events of {} B published one by one, {} unacknowledged each",
+                            self.event_size_bytes, self.in_flight
+                        )
+                    } else {
+                        format!(
+                            "{} events of {} B per send",
+                            self.batch_size, self.event_size_bytes
+                        )
+                    },
                     self.target_events_per_second
                         .map_or_else(|| "max rate".to_owned(), |r| format!("{r:.0} events/s")),
                     self.key_distribution.name()
@@ -267,7 +281,7 @@ impl LatencyReport {
 
 /// Columns of the CSV form, in order.
 const CSV_HEADER: &str = "hub,partitions,replication_factor,producers,event_size_bytes,\
-batch_size,target_events_per_second,key_distribution,consumers,elapsed_seconds,events_sent,\
+batch_size,in_flight,target_events_per_second,key_distribution,consumers,elapsed_seconds,events_sent,\
 sends,errors,events_per_second,megabytes_per_second,sends_per_second,latency_p50_ms,\
 latency_p99_ms,latency_p999_ms,latency_max_ms,events_received,end_to_end_p50_ms,\
 end_to_end_p99_ms,end_to_end_p999_ms,end_to_end_max_ms,fsyncs_per_second,sends_per_fsync,\
@@ -285,6 +299,7 @@ impl BenchReport {
             self.producers.to_string(),
             self.event_size_bytes.to_string(),
             self.batch_size.to_string(),
+            self.in_flight.to_string(),
             opt(self.target_events_per_second),
             self.key_distribution.name().to_owned(),
             self.consumers.to_string(),
@@ -353,6 +368,7 @@ mod tests {
             producers: 8,
             event_size_bytes: 1000,
             batch_size: 10,
+            in_flight: 1,
             target_events_per_second: None,
             key_distribution: KeyDistribution::Partition,
             consumers: 0,

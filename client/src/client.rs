@@ -94,6 +94,11 @@ impl Client {
         ProducerClient::new(self.routing.clone())
     }
 
+    /// A producer that batches enqueued events itself, sharing this client's connections.
+    pub fn buffered_producer(&self, options: crate::BufferedOptions) -> crate::BufferedProducer {
+        crate::BufferedProducer::new(self.producer(), options)
+    }
+
     /// An idempotent producer (a new producer id) sharing this client's connections.
     pub fn idempotent_producer(&self) -> crate::IdempotentProducer {
         crate::IdempotentProducer::new(self.producer())

@@ -7,7 +7,7 @@ use prost::Message as _;
 use tributary_proto::v1::{ErrorDetail, ErrorReason};
 
 /// Why a call failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClientError {
     /// The service answered with an error. `reason` is the machine-readable cause; `message`

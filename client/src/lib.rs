@@ -26,6 +26,7 @@
 //!
 //! The client never depends on the server crates; it speaks only the `tributary.v1` gRPC API.
 
+mod buffered;
 pub mod checkpoints;
 pub mod cli;
 mod client;
@@ -40,6 +41,9 @@ mod producer;
 mod routing;
 mod time;
 
+pub use buffered::{
+    BATCH_BYTES_MAX_DEFAULT, BufferedOptions, BufferedProducer, Delivery, DeliveryFuture,
+};
 pub use checkpoints::{CheckpointStore, ClusterCheckpointStore, InMemoryCheckpointStore};
 pub use client::Client;
 pub use consumer::{ConsumerClient, ReceiveOptions, ReceiveStream};

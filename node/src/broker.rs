@@ -203,19 +203,36 @@ impl Broker {
                         .map_err(|e| PartitionError::Storage(e.to_string()))?;
                 }
                 let members = founding_members(state, hub, index, me_record, member);
+                let founding = !members.is_empty();
+                // A new group's preferred replica initializes and campaigns at once, the
+                // other founders only if no leader has reached them after a while, so a new
+                // hub's leaders start spread as placement chose (each founder campaigns as
+                // soon as it initializes, and the first to start would win).
+                let preferred = hub.replicas.get(usize::from(index)).and_then(|r| r.first())
+                    == Some(&me_record.id);
+                let init_delay = if preferred {
+                    std::time::Duration::ZERO
+                } else {
+                    FOUNDER_INIT_DELAY
+                };
                 let partition = Partition::open(
                     self.runtime.host(),
                     group,
                     member,
                     self.shard_for(group),
                     members,
+                    init_delay,
                     self.clock.clone(),
                 )
                 .await?;
+                let partition = Arc::new(partition);
+                if founding && preferred {
+                    tokio::spawn(campaign(partition.clone()));
+                }
                 self.partitions
                     .write()
                     .expect("partitions lock")
-                    .insert(group, Arc::new(partition));
+                    .insert(group, partition);
             }
         }
         let gone: Vec<GroupId> = self
@@ -802,6 +819,29 @@ fn assigned_at(shard: &Shard, group: GroupId) -> Result<u64, PartitionError> {
         .and_then(|b| <[u8; 8]>::try_from(b.as_ref()).ok())
         .map_or(0, u64::from_be_bytes))
 }
+
+/// Asks a new group's preferred replica to stand for election until the group has a leader
+/// (its peers may not have started their replicas at the first try).
+async fn campaign(partition: Arc<Partition>) {
+    for _ in 0..CAMPAIGN_ATTEMPTS {
+        tokio::time::sleep(CAMPAIGN_PAUSE).await;
+        if partition.leader().is_some() {
+            return;
+        }
+        if partition.raft().trigger().elect(false).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// How often and how far apart a new group's preferred replica stands for election: well
+/// within the election timeout (400-800 ms), when another founding replica would.
+const CAMPAIGN_ATTEMPTS: usize = 4;
+const CAMPAIGN_PAUSE: std::time::Duration = std::time::Duration::from_millis(60);
+/// How long a founding replica that is not preferred waits before it initializes a new
+/// group (and may campaign): past the election timeout's maximum (800 ms), so the preferred
+/// replica has had its chances.
+const FOUNDER_INIT_DELAY: std::time::Duration = std::time::Duration::from_millis(1000);
 
 /// The members this node's replica (`member`) initializes a partition's new group with;
 /// empty when it must wait for a leader to bring it in.

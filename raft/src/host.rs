@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use openraft::BasicNode;
 use openraft::storage::RaftStateMachine;
@@ -68,6 +69,31 @@ where
         state_machine: SM,
         initial_members: BTreeMap<u64, String>,
     ) -> Result<Raft<SM>, HostError> {
+        self.start_founding(
+            group,
+            member,
+            shard,
+            state_machine,
+            initial_members,
+            Duration::ZERO,
+        )
+        .await
+    }
+
+    /// [`GroupHost::start`], initializing a group that has never run only after
+    /// `init_delay`, and only if no leader has reached this replica by then. Every founding
+    /// replica of a new group may initialize it, and each campaigns as soon as it has: the
+    /// one that should lead initializes at once and the others wait, so it wins, while the
+    /// group still starts without it when it is down.
+    pub async fn start_founding(
+        &self,
+        group: GroupId,
+        member: u64,
+        shard: Shard,
+        state_machine: SM,
+        initial_members: BTreeMap<u64, String>,
+        init_delay: Duration,
+    ) -> Result<Raft<SM>, HostError> {
         let start_error = |message: String| HostError::Start { group, message };
         if self.get(group).is_some() {
             return Err(HostError::AlreadyRunning(group));
@@ -105,19 +131,24 @@ where
         )
         .await
         .map_err(|e| start_error(e.to_string()))?;
-        if !initial_members.is_empty()
-            && !raft
-                .is_initialized()
-                .await
-                .map_err(|e| start_error(e.to_string()))?
-        {
-            let members: BTreeMap<u64, BasicNode> = initial_members
-                .into_iter()
-                .map(|(id, addr)| (id, BasicNode::new(addr)))
-                .collect();
-            raft.initialize(members)
+        let members: BTreeMap<u64, BasicNode> = initial_members
+            .into_iter()
+            .map(|(id, addr)| (id, BasicNode::new(addr)))
+            .collect();
+        if !members.is_empty() && init_delay.is_zero() {
+            initialize(&raft, members)
                 .await
                 .map_err(|e| start_error(e.to_string()))?;
+        } else if !members.is_empty() {
+            let raft = raft.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(init_delay).await;
+                // A leader that has reached this replica meanwhile leaves it nothing to do
+                // (openraft refuses to initialize once it has voted or holds a log).
+                if let Err(err) = initialize(&raft, members).await {
+                    tracing::debug!(%group, %err, "not initializing a group a leader has reached");
+                }
+            });
         }
         let mut groups = self.groups.write().expect("groups lock");
         if groups.contains_key(&group) {
@@ -171,4 +202,16 @@ where
     pub async fn stop_all(&self) {
         futures::future::join_all(self.group_ids().into_iter().map(|g| self.stop(g))).await;
     }
+}
+
+/// Initializes a group that has never run with `members` as its voters; nothing when it
+/// already has.
+async fn initialize<SM>(raft: &Raft<SM>, members: BTreeMap<u64, BasicNode>) -> Result<(), String>
+where
+    SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
+{
+    if raft.is_initialized().await.map_err(|e| e.to_string())? {
+        return Ok(());
+    }
+    raft.initialize(members).await.map_err(|e| e.to_string())
 }

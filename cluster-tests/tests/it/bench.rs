@@ -125,6 +125,49 @@ async fn bench_shows_group_commit() {
         "{rows}"
     );
 
+    // Pipelined: each producer publishes events one by one, keeping up to 64 unacknowledged
+    // (the SDK's buffered producer batches them); every event is delivered and timed.
+    let stdout = cli_ok(
+        &node.endpoint(),
+        &[
+            "bench",
+            "--partitions",
+            "2",
+            "--replication-factor",
+            "1",
+            "--producers",
+            "4",
+            "--in-flight",
+            "64",
+            "--duration",
+            "2s",
+            "--consumers",
+            "1",
+            "--output",
+            "json",
+        ],
+    )
+    .await;
+    let report: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("bench --output json prints one JSON object ({e}): {stdout}"));
+    eprintln!("pipelined bench report: {report}");
+    let sent = report["events_sent"].as_u64().unwrap();
+    assert!(sent > 0, "{report}");
+    assert_eq!(report["errors"], 0, "{report}");
+    assert_eq!(report["in_flight"], 64, "{report}");
+    assert_eq!(report["events_received"], sent, "{report}");
+    let output = tributary_cluster_tests::cli(
+        &node.endpoint(),
+        &["bench", "--in-flight", "8", "--batch-size", "2"],
+    )
+    .await;
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--in-flight 8") && stderr.contains("--batch-size"),
+        "{stderr}"
+    );
+
     // Consumers need room for the send time in each body: a clear error, nothing sent.
     let output = tributary_cluster_tests::cli(
         &node.endpoint(),

@@ -122,13 +122,15 @@ fn storage(err: impl std::fmt::Display) -> PartitionError {
 impl Partition {
     /// Starts the partition's Raft group on `host` as member `member`. `initial_members`
     /// (member id → peer address) initializes a group that has never run; other replicas
-    /// start empty and are brought in by the leader.
+    /// start empty and are brought in by the leader. A founding replica initializes only
+    /// after `init_delay` (see [`tributary_raft::GroupHost::start_founding`]).
     pub async fn open(
         host: &GroupHost<GroupStateMachine>,
         group: GroupId,
         member: u64,
         shard: Shard,
         initial_members: BTreeMap<u64, String>,
+        init_delay: std::time::Duration,
         clock: Arc<dyn Clock>,
     ) -> Result<Partition, PartitionError> {
         let (state_machine, progress) =
@@ -136,12 +138,13 @@ impl Partition {
         let visible = state_machine.visible();
         let node_id = host.node_id();
         let raft = host
-            .start(
+            .start_founding(
                 group,
                 member,
                 shard.clone(),
                 GroupStateMachine::Partition(state_machine),
                 initial_members,
+                init_delay,
             )
             .await
             .map_err(storage)?;

@@ -3,6 +3,7 @@
 mod support;
 
 mod bad_input;
+mod buffered;
 mod idempotent;
 mod keys;
 mod positions;

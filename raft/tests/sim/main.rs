@@ -13,6 +13,7 @@
 mod checker;
 mod client;
 mod cluster;
+mod founding;
 mod nemesis;
 mod net;
 mod state_machine;
