@@ -164,6 +164,8 @@ impl Node {
         let mut peer_shutdown = shutdown_rx.clone();
         let peer_server = tokio::spawn(
             tonic::transport::Server::builder()
+                .initial_stream_window_size(tributary_raft::PEER_STREAM_WINDOW_BYTES)
+                .initial_connection_window_size(tributary_raft::PEER_CONNECTION_WINDOW_BYTES)
                 .add_service(PeerService::new(host.clone()).into_server())
                 .add_service(ClusterServer::new(ClusterService {
                     runtime: runtime.clone(),

@@ -16,7 +16,10 @@ pub use host::{GroupHost, HostError};
 pub use log_store::{LogStore, decode, decode_entry, encode, encode_entry};
 pub use member::{NODE_ID_MAX, describe_member, member_id, member_incarnation, member_node};
 pub use membership::{PROMOTE_LAG_MAX, VoterChange, reconcile_voters, transfer_leadership};
-pub use network::{Connector, NetworkFactory, PEER_MESSAGE_BYTES_MAX, PeerRouter, TcpConnector};
+pub use network::{
+    Connector, NetworkFactory, PEER_CONNECTION_WINDOW_BYTES, PEER_MESSAGE_BYTES_MAX,
+    PEER_STREAM_WINDOW_BYTES, PeerRouter, TcpConnector,
+};
 pub use peer_service::PeerService;
 pub use types::{
     AppendBatch, AppendOutcome, Entry, LogId, ProducerStamp, Proposal, ProposalResult, Raft,

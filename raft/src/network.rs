@@ -50,6 +50,12 @@ const BATCH_TIMEOUT: Duration = Duration::from_secs(2);
 /// pieces of [`SNAPSHOT_CHUNK_BYTES`]).
 pub const PEER_MESSAGE_BYTES_MAX: usize = 512 * 1024 * 1024;
 
+/// HTTP/2 flow-control windows of peer connections, both ways. Every group's replication
+/// to a node shares one connection and entries run up to 1 MiB each, so the defaults
+/// (64 KiB to 1 MiB) would make large entries wait on window updates.
+pub const PEER_STREAM_WINDOW_BYTES: u32 = 8 * 1024 * 1024;
+pub const PEER_CONNECTION_WINDOW_BYTES: u32 = 64 * 1024 * 1024;
+
 /// Makes the channel to a peer's address. The default dials TCP; simulations supply their
 /// own.
 pub trait Connector: Send + Sync + 'static {
@@ -66,6 +72,8 @@ impl Connector for TcpConnector {
             .map_err(|e| format!("bad peer address {addr:?}: {e}"))?
             .connect_timeout(Duration::from_secs(2))
             .tcp_nodelay(true)
+            .initial_stream_window_size(PEER_STREAM_WINDOW_BYTES)
+            .initial_connection_window_size(PEER_CONNECTION_WINDOW_BYTES)
             .http2_keep_alive_interval(Duration::from_secs(10))
             .keep_alive_timeout(Duration::from_secs(5));
         Ok(endpoint.connect_lazy())
