@@ -3,12 +3,13 @@
 
 use futures::FutureExt as _;
 use tributary_client::{
-    BufferedOptions, ClientError, Delivery, EventData, EventPosition, SendTarget,
+    BufferedOptions, BufferedProducer, ClientError, Delivery, DeliveryFuture, EventData,
+    EventPosition, SendTarget,
 };
 
 use crate::support::{TestNode, body};
 
-async fn deliveries(futures: Vec<tributary_client::DeliveryFuture>) -> Vec<Delivery> {
+async fn deliveries(futures: Vec<DeliveryFuture>) -> Vec<Delivery> {
     let mut delivered = Vec::with_capacity(futures.len());
     for future in futures {
         delivered.push(future.await.expect("every event is delivered"));
@@ -16,8 +17,8 @@ async fn deliveries(futures: Vec<tributary_client::DeliveryFuture>) -> Vec<Deliv
     delivered
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn enqueued_events_travel_in_batches_and_keep_their_order() {
+/// A node with a 2-partition hub "buffered" and a producer making batches of 50 at most.
+async fn node_with_hub() -> (TestNode, BufferedProducer) {
     let node = TestNode::start().await;
     node.client
         .create_event_hub("buffered", 2, None)
@@ -27,36 +28,45 @@ async fn enqueued_events_travel_in_batches_and_keep_their_order() {
         max_batch_events: 50,
         ..BufferedOptions::default()
     });
+    (node, producer)
+}
+
+async fn enqueue(producer: &BufferedProducer, target: SendTarget, body: String) -> DeliveryFuture {
+    producer
+        .enqueue("buffered", target, EventData::from_body(body))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueued_events_travel_in_batches_and_keep_their_order() {
+    let (_node, producer) = node_with_hub().await;
     let mut to_partition = Vec::new();
     let mut to_key = Vec::new();
     for i in 0..600 {
         to_partition.push(
-            producer
-                .enqueue(
-                    "buffered",
-                    SendTarget::PartitionId("0".into()),
-                    EventData::from_body(format!("p-{i}")),
-                )
-                .await
-                .unwrap(),
+            enqueue(
+                &producer,
+                SendTarget::PartitionId("0".into()),
+                format!("p-{i}"),
+            )
+            .await,
         );
         if i % 2 == 0 {
             to_key.push(
-                producer
-                    .enqueue(
-                        "buffered",
-                        SendTarget::PartitionKey("k".into()),
-                        EventData::from_body(format!("k-{i}")),
-                    )
-                    .await
-                    .unwrap(),
+                enqueue(
+                    &producer,
+                    SendTarget::PartitionKey("k".into()),
+                    format!("k-{i}"),
+                )
+                .await,
             );
         }
     }
     producer.flush().await;
     assert_eq!(producer.outstanding(), 0);
     // After the flush every outcome is already known.
-    let known = |futures: Vec<tributary_client::DeliveryFuture>| -> Vec<Delivery> {
+    let known = |futures: Vec<DeliveryFuture>| -> Vec<Delivery> {
         futures
             .into_iter()
             .map(|f| {
@@ -84,26 +94,16 @@ async fn enqueued_events_travel_in_batches_and_keep_their_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batches_stay_within_the_event_limit_and_events_within_a_target_keep_order() {
-    let node = TestNode::start().await;
-    node.client
-        .create_event_hub("buffered", 2, None)
-        .await
-        .unwrap();
-    let producer = node.client.buffered_producer(BufferedOptions {
-        max_batch_events: 50,
-        ..BufferedOptions::default()
-    });
+    let (node, producer) = node_with_hub().await;
     let mut futures = Vec::new();
     for i in 0..600 {
         futures.push(
-            producer
-                .enqueue(
-                    "buffered",
-                    SendTarget::PartitionId("0".into()),
-                    EventData::from_body(format!("e-{i}")),
-                )
-                .await
-                .unwrap(),
+            enqueue(
+                &producer,
+                SendTarget::PartitionId("0".into()),
+                format!("e-{i}"),
+            )
+            .await,
         );
     }
     let delivered = deliveries(futures).await;
