@@ -83,6 +83,51 @@ fn bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
     (start, end)
 }
 
+/// Stored bytes of log entries replication puts in one message, about (see
+/// [`LogStore::entries_limited`]).
+pub const REPLICATION_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+impl LogStore {
+    /// Entries `start..end` from storage, stopping after the one that brings their stored
+    /// size to `bytes_max` (at least one); queued entries follow only when the stored ones
+    /// stayed under it (they are few: a group's appends in flight).
+    fn entries_limited(
+        &self,
+        start: u64,
+        end: u64,
+        bytes_max: usize,
+    ) -> io::Result<Vec<EntryOf<TypeConfig>>> {
+        let start = start.max(self.first_readable.load(Ordering::Acquire));
+        if start >= end {
+            return Ok(Vec::new());
+        }
+        // As in try_get_log_entries: queued entries first, then storage below them.
+        let queued: Vec<EntryOf<TypeConfig>> = self
+            .pending
+            .lock()
+            .expect("pending lock")
+            .range(start..end)
+            .map(|(_, entry)| entry.clone())
+            .collect();
+        if queued.first().is_some_and(|entry| entry.index() == start) {
+            return Ok(queued);
+        }
+        let stored_end = queued.first().map_or(end, |entry| entry.index());
+        let rows = self
+            .shard
+            .log_entries_limited(self.group, start, stored_end, bytes_max)?;
+        let complete = rows.last().is_none_or(|(index, _)| index + 1 == stored_end);
+        let mut entries = rows
+            .iter()
+            .map(|(_, bytes)| decode(bytes))
+            .collect::<io::Result<Vec<EntryOf<TypeConfig>>>>()?;
+        if complete {
+            entries.extend(queued);
+        }
+        Ok(entries)
+    }
+}
+
 impl RaftLogReader<TypeConfig> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
@@ -114,6 +159,18 @@ impl RaftLogReader<TypeConfig> for LogStore {
             .collect::<io::Result<Vec<EntryOf<TypeConfig>>>>()?;
         entries.extend(queued);
         Ok(entries)
+    }
+
+    /// What replication sends in one AppendEntries: entries from `start`, at most about
+    /// [`REPLICATION_BYTES_MAX`] of them (openraft also caps their count), so a far-behind
+    /// follower never gets a message near the transport's limit and one group's large
+    /// entries do not hold up the others' on the shared connection for long.
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<EntryOf<TypeConfig>>, io::Error> {
+        self.entries_limited(start, end, REPLICATION_BYTES_MAX)
     }
 
     async fn read_vote(&mut self) -> Result<Option<VoteOf<TypeConfig>>, io::Error> {
@@ -286,4 +343,66 @@ pub fn decode_entry(bytes: &[u8]) -> io::Result<EntryOf<TypeConfig>> {
 /// Encodes a Raft entry the way the log store stores it.
 pub fn encode_entry(entry: &EntryOf<TypeConfig>) -> io::Result<Bytes> {
     encode(entry)
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::entry::RaftEntry as _;
+    use openraft::storage::RaftLogReader as _;
+    use tributary_storage::{Shard, ShardConfig};
+    use tributary_types::{HubId, PartitionId};
+
+    use super::*;
+    use crate::types::{AppendBatch, Proposal};
+
+    fn entry(index: u64, bytes: usize) -> EntryOf<TypeConfig> {
+        use openraft::vote::RaftLeaderIdExt as _;
+        let leader = openraft::alias::LeaderIdOf::<TypeConfig>::new_committed(1, 1);
+        let log_id = LogIdOf::<TypeConfig>::new(leader, index);
+        EntryOf::<TypeConfig>::new_normal(
+            log_id,
+            Proposal::Append(AppendBatch {
+                enqueued_time_ms: 0,
+                event_count: 1,
+                events: Bytes::from(vec![7u8; bytes]),
+                producer: None,
+            }),
+        )
+    }
+
+    #[tokio::test]
+    async fn replication_reads_stop_at_the_byte_bound_and_never_come_back_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = Shard::open(&dir.path().join("s.redb"), ShardConfig::default()).unwrap();
+        let group = GroupId::new(HubId(1), PartitionId(0), 0);
+        let rows = (1..=20)
+            .map(|index| Mutation::PutLog {
+                group,
+                index,
+                entry: encode(&entry(index, 1024 * 1024)).unwrap(),
+            })
+            .collect();
+        shard.write(rows, Durability::Immediate).await.unwrap();
+        let mut store = LogStore::new(group, shard).unwrap();
+
+        let indexes = |entries: Vec<EntryOf<TypeConfig>>| -> Vec<u64> {
+            entries.iter().map(|e| e.index()).collect()
+        };
+        // About 3 MiB: the entry that reaches the bound is the last one.
+        let limited = store.entries_limited(1, 21, 3 * 1024 * 1024).unwrap();
+        assert_eq!(indexes(limited), vec![1, 2, 3]);
+        // A bound below one entry still returns that entry: replication always progresses.
+        assert_eq!(indexes(store.entries_limited(4, 21, 1).unwrap()), vec![4]);
+        // Under the bound, the whole range.
+        assert_eq!(
+            indexes(store.entries_limited(5, 9, 16 * 1024 * 1024).unwrap()),
+            vec![5, 6, 7, 8]
+        );
+        // What openraft's replication asks for: 16 MiB, so the 16th entry of just over
+        // 1 MiB ends the message.
+        assert_eq!(
+            indexes(store.limited_get_log_entries(1, 21).await.unwrap()),
+            (1..=16).collect::<Vec<u64>>()
+        );
+    }
 }

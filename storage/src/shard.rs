@@ -285,6 +285,18 @@ impl Shard {
         start: u64,
         end: u64,
     ) -> Result<Vec<(u64, Bytes)>, StorageError> {
+        self.log_entries_limited(group, start, end, usize::MAX)
+    }
+
+    /// Log rows `start..end` in order, stopping after the row that brings their total size
+    /// to `bytes_max` or more (so at least one row when the range holds any).
+    pub fn log_entries_limited(
+        &self,
+        group: GroupId,
+        start: u64,
+        end: u64,
+        bytes_max: usize,
+    ) -> Result<Vec<(u64, Bytes)>, StorageError> {
         let g = group.to_u64();
         let txn = self.db.begin_read().map_err(StorageError::io)?;
         let table = txn.open_table(RAFT_LOG).map_err(StorageError::io)?;
@@ -292,12 +304,17 @@ impl Shard {
         if start >= end {
             return Ok(out);
         }
+        let mut bytes = 0;
         for row in table
             .range((g, start)..(g, end))
             .map_err(StorageError::io)?
         {
             let (k, v) = row.map_err(StorageError::io)?;
+            bytes += v.value().len();
             out.push((k.value().1, Bytes::copy_from_slice(v.value())));
+            if bytes >= bytes_max {
+                break;
+            }
         }
         Ok(out)
     }
