@@ -178,11 +178,20 @@ impl BufferedProducer {
             bytes,
             waiter,
         };
+        // Counted before it is queued (its delivery may come before this task runs again),
+        // and uncounted if this call is dropped while waiting for room in the queue.
         self.inner.outstanding.fetch_add(1, Ordering::SeqCst);
+        let mut counted = Counted {
+            inner: &self.inner,
+            queued: false,
+        };
         loop {
             let queue = self.queue(&key);
             match queue.send(pending).await {
-                Ok(()) => break,
+                Ok(()) => {
+                    counted.queued = true;
+                    break;
+                }
                 // The queue's task ended (idle) between our lookup and the send: take a
                 // new queue.
                 Err(mpsc::error::SendError(back)) => {
@@ -228,6 +237,27 @@ impl BufferedProducer {
         queues.insert(key.clone(), tx.clone());
         tokio::spawn(run_queue(self.inner.clone(), key.clone(), tx.clone(), rx));
         tx
+    }
+}
+
+/// An enqueued event counted as outstanding; uncounted on drop unless it was queued.
+struct Counted<'a> {
+    inner: &'a Inner,
+    queued: bool,
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        if !self.queued {
+            settle(self.inner, 1);
+        }
+    }
+}
+
+/// Takes `count` events off the outstanding ones, waking flushes when none are left.
+fn settle(inner: &Inner, count: u64) {
+    if inner.outstanding.fetch_sub(count, Ordering::SeqCst) == count {
+        inner.settled.notify_waiters();
     }
 }
 
@@ -353,7 +383,58 @@ async fn carry_one(inner: &Inner, key: &QueueKey, batch: Vec<Pending>) {
             }
         }
     }
-    if inner.outstanding.fetch_sub(count, Ordering::SeqCst) == count {
-        inner.settled.notify_waiters();
+    settle(inner, count);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn an_enqueue_dropped_while_waiting_for_room_is_not_counted() {
+        // A node that accepts connections and never answers: sends hang.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let held = tokio::spawn(async move {
+            let mut connections = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                connections.push(socket);
+            }
+        });
+        let client = crate::Client::connect(&format!("http://{addr}"))
+            .await
+            .unwrap();
+        let producer = client.buffered_producer(BufferedOptions {
+            max_buffered_events_per_partition: 1,
+            ..BufferedOptions::default()
+        });
+        let target = || SendTarget::PartitionId("0".into());
+        // The first is taken into a send that hangs, the second fills the queue.
+        let _first = producer
+            .enqueue("hub", target(), crate::EventData::from_body("1"))
+            .await
+            .unwrap();
+        let _second = tokio::time::timeout(
+            Duration::from_secs(5),
+            producer.enqueue("hub", target(), crate::EventData::from_body("2")),
+        )
+        .await
+        .expect("room for one queued event")
+        .unwrap();
+        // The third waits for room; its caller gives up.
+        let third = tokio::time::timeout(
+            Duration::from_millis(200),
+            producer.enqueue("hub", target(), crate::EventData::from_body("3")),
+        )
+        .await;
+        assert!(third.is_err(), "the queue had room for a third event");
+        assert_eq!(
+            producer.outstanding(),
+            2,
+            "the abandoned event is still counted"
+        );
+        held.abort();
     }
 }
