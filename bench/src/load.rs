@@ -341,6 +341,7 @@ impl<S: Sink> Producer<S> {
                 biased;
                 Some((due, acked)) = acks.next(), if !acks.is_empty() => match acked {
                     Ok(()) => {
+                        // Named: inference cannot see through the select to the pushed futures.
                         let due: Instant = due;
                         let us = u64::try_from(due.elapsed().as_micros()).unwrap_or(u64::MAX);
                         outcome.latency_us.saturating_record(us.clamp(1, LATENCY_US_MAX));

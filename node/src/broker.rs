@@ -203,8 +203,7 @@ impl Broker {
                         .map_err(|e| PartitionError::Storage(e.to_string()))?;
                 }
                 let members = founding_members(state, hub, index, me_record, member);
-                let founding = !members.is_empty();
-                // A new group's preferred replica initializes and campaigns at once, the
+                // A new group's preferred replica initializes (and so campaigns) at once, the
                 // other founders only if no leader has reached them after a while, so a new
                 // hub's leaders start spread as placement chose (each founder campaigns as
                 // soon as it initializes, and the first to start would win).
@@ -225,14 +224,10 @@ impl Broker {
                     self.clock.clone(),
                 )
                 .await?;
-                let partition = Arc::new(partition);
-                if founding && preferred {
-                    tokio::spawn(campaign(partition.clone()));
-                }
                 self.partitions
                     .write()
                     .expect("partitions lock")
-                    .insert(group, partition);
+                    .insert(group, Arc::new(partition));
             }
         }
         let gone: Vec<GroupId> = self
@@ -820,27 +815,9 @@ fn assigned_at(shard: &Shard, group: GroupId) -> Result<u64, PartitionError> {
         .map_or(0, u64::from_be_bytes))
 }
 
-/// Asks a new group's preferred replica to stand for election until the group has a leader
-/// (its peers may not have started their replicas at the first try).
-async fn campaign(partition: Arc<Partition>) {
-    for _ in 0..CAMPAIGN_ATTEMPTS {
-        tokio::time::sleep(CAMPAIGN_PAUSE).await;
-        if partition.leader().is_some() {
-            return;
-        }
-        if partition.raft().trigger().elect(false).await.is_err() {
-            return;
-        }
-    }
-}
-
-/// How often and how far apart a new group's preferred replica stands for election: well
-/// within the election timeout (400-800 ms), when another founding replica would.
-const CAMPAIGN_ATTEMPTS: usize = 4;
-const CAMPAIGN_PAUSE: std::time::Duration = std::time::Duration::from_millis(60);
 /// How long a founding replica that is not preferred waits before it initializes a new
 /// group (and may campaign): past the election timeout's maximum (800 ms), so the preferred
-/// replica has had its chances.
+/// replica has had a second try when peers had not started the group at its first.
 const FOUNDER_INIT_DELAY: std::time::Duration = std::time::Duration::from_millis(1000);
 
 /// The members this node's replica (`member`) initializes a partition's new group with;

@@ -101,7 +101,8 @@ impl LogStore {
         if start >= end {
             return Ok(Vec::new());
         }
-        // As in try_get_log_entries: queued entries first, then storage below them.
+        // Copy the queued entries first: one whose write commits meanwhile leaves `pending`
+        // only after it is in storage, so every index is found in one place or the other.
         let queued: Vec<EntryOf<TypeConfig>> = self
             .pending
             .lock()
@@ -116,7 +117,7 @@ impl LogStore {
         let rows = self
             .shard
             .log_entries_limited(self.group, start, stored_end, bytes_max)?;
-        let complete = rows.last().is_none_or(|(index, _)| index + 1 == stored_end);
+        let complete = rows.iter().map(|(_, bytes)| bytes.len()).sum::<usize>() < bytes_max;
         let mut entries = rows
             .iter()
             .map(|(_, bytes)| decode(bytes))
@@ -134,31 +135,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         range: RB,
     ) -> Result<Vec<EntryOf<TypeConfig>>, io::Error> {
         let (start, end) = bounds(&range);
-        let start = start.max(self.first_readable.load(Ordering::Acquire));
-        if start >= end {
-            return Ok(Vec::new());
-        }
-        // Copy the queued entries first: one whose write commits meanwhile leaves `pending`
-        // only after it is in storage, so every index is found in one place or the other.
-        let queued: Vec<EntryOf<TypeConfig>> = self
-            .pending
-            .lock()
-            .expect("pending lock")
-            .range(start..end)
-            .map(|(_, entry)| entry.clone())
-            .collect();
-        if queued.first().is_some_and(|entry| entry.index() == start) {
-            return Ok(queued);
-        }
-        let stored_end = queued.first().map_or(end, |entry| entry.index());
-        let mut entries = self
-            .shard
-            .log_entries(self.group, start, stored_end)?
-            .iter()
-            .map(|(_, bytes)| decode(bytes))
-            .collect::<io::Result<Vec<EntryOf<TypeConfig>>>>()?;
-        entries.extend(queued);
-        Ok(entries)
+        self.entries_limited(start, end, usize::MAX)
     }
 
     /// What replication sends in one AppendEntries: entries from `start`, at most about

@@ -39,7 +39,7 @@ async fn enqueue(producer: &BufferedProducer, target: SendTarget, body: String) 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn enqueued_events_travel_in_batches_and_keep_their_order() {
+async fn flush_waits_for_every_outcome_and_each_target_keeps_its_order() {
     let (_node, producer) = node_with_hub().await;
     let mut to_partition = Vec::new();
     let mut to_key = Vec::new();
