@@ -123,6 +123,15 @@ impl ClusterRuntime {
         self.controller.read().expect("controller lock").clone()
     }
 
+    /// The controller's Raft handle with its timers running (a write to a sleeping group
+    /// wakes it; see [`tributary_raft::quiet`]).
+    async fn awake(&self, raft: Raft<GroupStateMachine>) -> Raft<GroupStateMachine> {
+        if let Some(hibernation) = self.host.hibernation(GroupId::CONTROLLER) {
+            hibernation.wake_for_write(&raft).await;
+        }
+        raft
+    }
+
     /// Whether this node leads the controller group now.
     pub fn is_controller_leader(&self) -> bool {
         use openraft::type_config::async_runtime::WatchReceiver;
@@ -474,7 +483,9 @@ impl ClusterRuntime {
     /// else through the leader (or, on a non-voter, through any voter).
     async fn propose_encoded(&self, command: bytes::Bytes, hops: u32) -> Result<Reply, Proposing> {
         let targets: Vec<String> = match self.controller() {
-            Some(raft) => match raft
+            Some(raft) => match self
+                .awake(raft)
+                .await
                 .client_write(Proposal::Controller(command.clone()))
                 .await
             {

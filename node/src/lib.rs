@@ -126,6 +126,7 @@ impl Node {
             PeerRouter::new(node_id.0, TcpConnector),
             config.raft,
         );
+        host.hibernate_idle();
         let runtime = ClusterRuntime::new(
             NodeRecord {
                 capacity_units: config.capacity_units,

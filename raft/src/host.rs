@@ -13,6 +13,7 @@ use tributary_types::{GroupId, NodeId};
 
 use crate::log_store::LogStore;
 use crate::network::{NetworkFactory, PeerRouter};
+use crate::quiet::{BeatsHeard, Hibernation};
 use crate::types::{Raft, RaftSettings, SnapshotData, TypeConfig, group_config_with};
 
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +24,9 @@ pub enum HostError {
     Start { group: GroupId, message: String },
 }
 
+/// One running group: this node's member id in it, its Raft handle, its sleep switch.
+type Running<SM> = (u64, Raft<SM>, Hibernation);
+
 /// Runs many Raft groups of one state-machine type on one node, sharing one router.
 pub struct GroupHost<SM>
 where
@@ -31,8 +35,11 @@ where
     node_id: NodeId,
     router: PeerRouter,
     config: Arc<openraft::Config>,
-    /// Each running group's Raft handle and this node's member id in it.
-    groups: RwLock<HashMap<GroupId, (u64, Raft<SM>)>>,
+    /// Each running group's Raft handle, this node's member id in it and whether its
+    /// timers are stopped.
+    groups: RwLock<HashMap<GroupId, Running<SM>>>,
+    /// Node beats from peers: which of the groups they lead sleep.
+    beats: BeatsHeard,
 }
 
 impl<SM> GroupHost<SM>
@@ -50,7 +57,47 @@ where
             router,
             config: group_config_with("tributary", &settings),
             groups: RwLock::new(HashMap::new()),
+            beats: BeatsHeard::default(),
         })
+    }
+
+    /// Lets this host's idle groups sleep (see [`crate::quiet`]): from now on, until the
+    /// host is dropped, it beats to its peers and stops or restarts its groups' timers.
+    pub fn hibernate_idle(self: &Arc<Self>) {
+        tokio::spawn(crate::quiet::run(Arc::downgrade(self), self.router.clone()));
+    }
+
+    pub(crate) fn beats(&self) -> &BeatsHeard {
+        &self.beats
+    }
+
+    /// A group's sleep switch: a caller about to write to the group wakes it first.
+    pub fn hibernation(&self, group: GroupId) -> Option<Hibernation> {
+        self.groups
+            .read()
+            .expect("groups lock")
+            .get(&group)
+            .map(|(_, _, h)| h.clone())
+    }
+
+    /// Every running group with this node's member id in it and its sleep switch.
+    pub(crate) fn hibernations(&self) -> Vec<(GroupId, u64, Raft<SM>, Hibernation)> {
+        self.groups
+            .read()
+            .expect("groups lock")
+            .iter()
+            .map(|(group, (member, raft, h))| (*group, *member, raft.clone(), h.clone()))
+            .collect()
+    }
+
+    /// How many of this node's groups sleep now.
+    pub fn asleep_count(&self) -> usize {
+        self.groups
+            .read()
+            .expect("groups lock")
+            .values()
+            .filter(|(_, _, h)| h.is_asleep())
+            .count()
     }
 
     pub fn node_id(&self) -> NodeId {
@@ -154,7 +201,7 @@ where
         if groups.contains_key(&group) {
             return Err(HostError::AlreadyRunning(group));
         }
-        groups.insert(group, (member, raft.clone()));
+        groups.insert(group, (member, raft.clone(), Hibernation::default()));
         Ok(raft)
     }
 
@@ -176,7 +223,7 @@ where
             .read()
             .expect("groups lock")
             .get(&group)
-            .cloned()
+            .map(|(member, raft, _)| (*member, raft.clone()))
     }
 
     pub fn group_ids(&self) -> Vec<GroupId> {
@@ -191,7 +238,7 @@ where
     /// Stops a group; its stored state stays until the caller deletes it.
     pub async fn stop(&self, group: GroupId) {
         let raft = self.groups.write().expect("groups lock").remove(&group);
-        if let Some((_, raft)) = raft
+        if let Some((_, raft, _)) = raft
             && let Err(err) = raft.shutdown().await
         {
             tracing::warn!(%group, %err, "raft group did not shut down cleanly");

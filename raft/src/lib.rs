@@ -9,6 +9,7 @@ mod member;
 mod membership;
 mod network;
 mod peer_service;
+pub mod quiet;
 mod types;
 
 pub use coalesce::{BATCH_MESSAGES_MAX, COALESCE_WINDOW, Coalescer};
@@ -21,6 +22,7 @@ pub use network::{
     PEER_STREAM_WINDOW_BYTES, PeerRouter, TcpConnector,
 };
 pub use peer_service::PeerService;
+pub use quiet::Hibernation;
 pub use types::{
     AppendBatch, AppendOutcome, Entry, LogId, ProducerStamp, Proposal, ProposalResult, Raft,
     RaftSettings, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,

@@ -185,6 +185,24 @@ impl PeerRouter {
         Ok((channel, coalescer))
     }
 
+    /// Sends a node beat (see [`crate::quiet`]) to `node`.
+    pub(crate) async fn quiet_beat(
+        &self,
+        node: u64,
+        beat: &crate::quiet::QuietBeat,
+        timeout: Duration,
+    ) -> Result<(), Unreachable<TypeConfig>> {
+        self.call(
+            node,
+            GroupId::from_u64(0),
+            MessageKind::QuietBeat,
+            beat,
+            timeout,
+            false,
+        )
+        .await
+    }
+
     /// Sends one message; `coalesce` lets it wait briefly to share a batch with other
     /// groups' messages to the same node (heartbeats).
     async fn call<Req: Serialize, Resp: DeserializeOwned>(

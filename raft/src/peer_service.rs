@@ -18,6 +18,7 @@ use tributary_types::GroupId;
 use crate::host::GroupHost;
 use crate::log_store::{decode, encode};
 use crate::network::{PEER_MESSAGE_BYTES_MAX, SnapshotChunk};
+use crate::quiet::QuietBeat;
 use crate::types::{Raft, SnapshotData, TypeConfig};
 
 /// Serves the peer port for the groups of one host.
@@ -96,7 +97,27 @@ where
     }
 
     async fn handle(&self, message: GroupMessage) -> GroupReply {
-        let result = match self.host.get_member(GroupId::from_u64(message.group)) {
+        let result = if message.kind == MessageKind::QuietBeat as i32 {
+            self.quiet_beat(&message)
+        } else {
+            self.group_message(message).await
+        };
+        GroupReply {
+            result: Some(match result {
+                Ok(payload) => group_reply::Result::Payload(payload),
+                Err(error) => group_reply::Result::Error(error),
+            }),
+        }
+    }
+
+    fn quiet_beat(&self, message: &GroupMessage) -> Result<Bytes, String> {
+        let beat: QuietBeat = decode(&message.payload).map_err(|e| e.to_string())?;
+        self.host.beats().record(message.from_node, beat);
+        encode(&()).map_err(|e| e.to_string())
+    }
+
+    async fn group_message(&self, message: GroupMessage) -> Result<Bytes, String> {
+        match self.host.get_member(GroupId::from_u64(message.group)) {
             Some((member, _)) if message.to_member != 0 && message.to_member != member => {
                 Err(format!(
                     "group {} on this node is {}, not {}: the data of that member is gone",
@@ -115,12 +136,6 @@ where
                 GroupId::from_u64(message.group),
                 self.host.node_id()
             )),
-        };
-        GroupReply {
-            result: Some(match result {
-                Ok(payload) => group_reply::Result::Payload(payload),
-                Err(error) => group_reply::Result::Error(error),
-            }),
         }
     }
 }
@@ -149,6 +164,7 @@ where
             encode(&resp).map_err(|e| text(&e))
         }
         MessageKind::SnapshotChunk => Err("snapshot pieces are collected before dispatch".into()),
+        MessageKind::QuietBeat => Err("node beats are handled before dispatch".into()),
         MessageKind::TransferLeader => {
             let req: TransferLeaderRequest<TypeConfig> = decode(bytes).map_err(|e| text(&e))?;
             let resp = raft

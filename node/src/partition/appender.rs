@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex};
 use bytes::{Bytes, BytesMut};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tributary_raft::openraft_api::ClientWriteError;
-use tributary_raft::{AppendBatch, AppendOutcome, ProducerStamp, Proposal, ProposalResult, Raft};
+use tributary_raft::{
+    AppendBatch, AppendOutcome, Hibernation, ProducerStamp, Proposal, ProposalResult, Raft,
+};
 use tributary_types::{Clock, MonotonicStamp};
 
 use crate::group::GroupStateMachine;
@@ -54,14 +56,16 @@ pub struct Appender {
 
 impl Appender {
     /// Starts the loop proposing to `raft`, stamping each entry's enqueued time from
-    /// `clock` through `stamp` (never decreasing).
+    /// `clock` through `stamp` (never decreasing). A sleeping group is woken (its timers
+    /// restarted) before each proposal.
     pub fn start(
         raft: Raft<GroupStateMachine>,
+        hibernation: Hibernation,
         stamp: Arc<Mutex<MonotonicStamp>>,
         clock: Arc<dyn Clock>,
     ) -> Appender {
         let (tx, rx) = mpsc::channel(QUEUE_MAX);
-        tokio::spawn(run(raft, rx, stamp, clock));
+        tokio::spawn(run(raft, hibernation, rx, stamp, clock));
         Appender { tx }
     }
 
@@ -82,6 +86,7 @@ impl Appender {
 
 async fn run(
     raft: Raft<GroupStateMachine>,
+    hibernation: Hibernation,
     mut rx: mpsc::Receiver<Queued>,
     stamp: Arc<Mutex<MonotonicStamp>>,
     clock: Arc<dyn Clock>,
@@ -114,6 +119,7 @@ async fn run(
                 batch.push(next);
             }
         }
+        hibernation.wake_for_write(&raft).await;
         propose(&raft, batch, &stamp, clock.as_ref(), permit).await;
     }
 }

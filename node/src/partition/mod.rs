@@ -150,7 +150,9 @@ impl Partition {
             .map_err(storage)?;
         let floor = progress.borrow().last_time_ms;
         let stamp = Arc::new(Mutex::new(MonotonicStamp::new(floor)));
-        let appender = appender::Appender::start(raft.clone(), stamp.clone(), clock.clone());
+        let hibernation = host.hibernation(group).unwrap_or_default();
+        let appender =
+            appender::Appender::start(raft.clone(), hibernation, stamp.clone(), clock.clone());
         Ok(Partition {
             group,
             node_id,

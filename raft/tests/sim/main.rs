@@ -14,6 +14,7 @@ mod checker;
 mod client;
 mod cluster;
 mod founding;
+mod hibernation;
 mod nemesis;
 mod net;
 mod state_machine;
