@@ -1,9 +1,10 @@
-//! Durable structures on redb. A node has a few storage shards; each is one redb database
-//! with one writer thread that merges the writes of every Raft group it holds into one
-//! batch: one record and one fsync in the shard's write-ahead log (group commit), then one
-//! redb transaction without an fsync; redb is made durable at checkpoints (`wal.rs`). This
-//! crate knows nothing of Raft or gRPC: it stores opaque log entries, group metadata and
-//! the partition index, keyed by [`GroupId`].
+//! Durable structures. A node has a few storage shards; each is a log of segment files, one
+//! redb database and one writer thread that merges the writes of every Raft group it holds
+//! into one batch: one record and one fsync in the log (group commit), then one redb
+//! transaction without an fsync; redb is made durable at checkpoints (`wal.rs`). Entries'
+//! bytes stay in the log; redb holds where they lie. This crate knows nothing of Raft or
+//! gRPC: it stores opaque log entries, group metadata and the partition index, keyed by
+//! [`GroupId`].
 //!
 //! [`GroupId`]: tributary_types::GroupId
 

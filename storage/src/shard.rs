@@ -1,3 +1,4 @@
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -11,9 +12,10 @@ use tributary_types::GroupId;
 use crate::error::StorageError;
 use crate::mutation::{Durability, IndexRow, MetaKey, Mutation};
 use crate::tables::{
-    CATALOG, OFFSET_INDEX, RAFT_LOG, RAFT_META, SEQ_INDEX, TIME_INDEX, WAL_GENERATION, WAL_STATE,
+    CATALOG, LOG_LOCATION, OFFSET_INDEX, RAFT_LOG, RAFT_META, REPLAY_OFFSET, REPLAY_SEGMENT,
+    SEGMENT_LIVE, SEQ_INDEX, TIME_INDEX, WAL_GENERATION, WAL_STATE,
 };
-use crate::wal::Wal;
+use crate::wal::{Location, Position, Segments, Wal};
 
 /// Limits of one shard. Every queue and batch is bounded.
 #[derive(Debug, Clone)]
@@ -26,11 +28,14 @@ pub struct ShardConfig {
     pub batch_bytes_max: usize,
     /// redb page cache.
     pub cache_bytes: usize,
-    /// A checkpoint (a durable redb commit, after which the write-ahead log starts over)
-    /// once the log holds this many bytes...
+    /// A checkpoint (a durable redb commit, after which the log's records before it need
+    /// no replay) once this many bytes were logged since the last one...
     pub checkpoint_bytes: u64,
     /// ...or once this much time has passed since the last one with writes pending.
     pub checkpoint_interval: std::time::Duration,
+    /// A log segment file grows to about this size before the next one starts; a segment is
+    /// deleted once none of its entries is kept.
+    pub segment_bytes_max: u64,
 }
 
 impl Default for ShardConfig {
@@ -42,6 +47,7 @@ impl Default for ShardConfig {
             cache_bytes: 256 * 1024 * 1024,
             checkpoint_bytes: 64 * 1024 * 1024,
             checkpoint_interval: std::time::Duration::from_secs(1),
+            segment_bytes_max: 64 * 1024 * 1024,
         }
     }
 }
@@ -77,6 +83,9 @@ struct Counters {
 #[derive(Clone)]
 pub struct Shard {
     db: Arc<Database>,
+    /// The log's segment files, where entries' bytes are read from (none for a shard opened
+    /// on another backend: its entries are held whole in redb).
+    segments: Option<Arc<Segments>>,
     tx: mpsc::Sender<Write>,
     counters: Arc<Counters>,
     failure: Arc<watch::Sender<Option<StorageError>>>,
@@ -91,16 +100,16 @@ impl std::fmt::Debug for Shard {
 }
 
 impl Shard {
-    /// Opens (or creates) the database at `path` and its write-ahead log beside it (same
-    /// name, extension `wal`; see `wal.rs`), replays the log's writes that the database
-    /// does not hold yet, and starts the writer thread. The thread ends when every clone of
-    /// the shard is dropped.
+    /// Opens (or creates) the database at `path` and its log beside it (a directory of the
+    /// same name, extension `segments`; see `wal.rs`), replays the log's writes that the
+    /// database does not hold yet, and starts the writer thread. The thread ends when every
+    /// clone of the shard is dropped.
     pub fn open(path: &Path, config: ShardConfig) -> Result<Shard, StorageError> {
         let db = Database::builder()
             .set_cache_size(config.cache_bytes)
             .create(path)
             .map_err(|e| StorageError::Io(format!("cannot open {}: {e}", path.display())))?;
-        Self::start(db, path, Some(&path.with_extension("wal")), config)
+        Self::start(db, path, Some(path), config)
     }
 
     /// As [`Shard::open`], on any redb storage backend (tests inject failing ones), without
@@ -120,61 +129,44 @@ impl Shard {
     fn start(
         db: Database,
         path: &Path,
-        wal_path: Option<&Path>,
+        logged: Option<&Path>,
         config: ShardConfig,
     ) -> Result<Shard, StorageError> {
         let db = Arc::new(db);
-        let generation = {
+        let (generation, from) = {
             // Create every table up front so readers never see a missing table.
             let txn = db.begin_write().map_err(StorageError::io)?;
             txn.open_table(RAFT_LOG).map_err(StorageError::io)?;
+            txn.open_table(LOG_LOCATION).map_err(StorageError::io)?;
+            txn.open_table(SEGMENT_LIVE).map_err(StorageError::io)?;
             txn.open_table(RAFT_META).map_err(StorageError::io)?;
             txn.open_table(SEQ_INDEX).map_err(StorageError::io)?;
             txn.open_table(OFFSET_INDEX).map_err(StorageError::io)?;
             txn.open_table(TIME_INDEX).map_err(StorageError::io)?;
             txn.open_table(CATALOG).map_err(StorageError::io)?;
-            let generation = txn
-                .open_table(WAL_STATE)
-                .map_err(StorageError::io)?
-                .get(WAL_GENERATION)
-                .map_err(StorageError::io)?
-                .map_or(0, |v| v.value());
+            let state = txn.open_table(WAL_STATE).map_err(StorageError::io)?;
+            let get = |key| {
+                state
+                    .get(key)
+                    .map(|v| v.map_or(0, |v| v.value()))
+                    .map_err(StorageError::io)
+            };
+            let found = (
+                get(WAL_GENERATION)?,
+                Position {
+                    segment: get(REPLAY_SEGMENT)?,
+                    offset: get(REPLAY_OFFSET)?,
+                },
+            );
+            drop(state);
             txn.commit().map_err(StorageError::io)?;
-            generation
+            found
         };
-        let wal = match wal_path {
-            Some(wal_path) => {
-                let (mut wal, replay) = Wal::open(wal_path, generation)?;
-                if !replay.is_empty() {
-                    tracing::info!(
-                        batches = replay.len(),
-                        path = %wal_path.display(),
-                        "replaying the storage write-ahead log"
-                    );
-                }
-                // The replayed writes and the next generation in one durable commit, then
-                // a fresh log: a crash in between leaves an older log, which is ignored.
-                let txn = db.begin_write().map_err(StorageError::io)?;
-                {
-                    let mut tables = Tables::new(&txn);
-                    for mutation in replay.iter().flatten() {
-                        apply_mutation(&mut tables, mutation)?;
-                    }
-                    tables
-                        .wal_state()?
-                        .insert(WAL_GENERATION, generation + 1)
-                        .map_err(StorageError::io)?;
-                }
-                txn.commit().map_err(StorageError::io)?;
-                wal.reset(generation + 1)?;
-                Some(Checkpointed {
-                    wal,
-                    generation: generation + 1,
-                    last: std::time::Instant::now(),
-                })
-            }
+        let wal = match logged {
+            Some(path) => Some(open_log(&db, path, generation, from, &config)?),
             None => None,
         };
+        let segments = wal.as_ref().map(|logged| logged.wal.segments().clone());
         let (tx, rx) = mpsc::channel(config.queue_depth_max);
         let counters = Arc::new(Counters {
             commits: AtomicU64::new(0),
@@ -191,6 +183,7 @@ impl Shard {
             .map_err(StorageError::io)?;
         Ok(Shard {
             db,
+            segments,
             tx,
             counters,
             failure,
@@ -298,20 +291,40 @@ impl Shard {
         bytes_max: usize,
     ) -> Result<Vec<(u64, Bytes)>, StorageError> {
         let g = group.to_u64();
-        let txn = self.db.begin_read().map_err(StorageError::io)?;
-        let table = txn.open_table(RAFT_LOG).map_err(StorageError::io)?;
         let mut out = Vec::new();
         if start >= end {
             return Ok(out);
         }
+        let txn = self.db.begin_read().map_err(StorageError::io)?;
+        // Entries held whole (no log on disk, or written by an earlier version) all come
+        // before a group's entries in the log: a log row is written only after truncating
+        // every row from its index on.
+        let whole = txn.open_table(RAFT_LOG).map_err(StorageError::io)?;
         let mut bytes = 0;
-        for row in table
+        for row in whole
             .range((g, start)..(g, end))
             .map_err(StorageError::io)?
         {
             let (k, v) = row.map_err(StorageError::io)?;
             bytes += v.value().len();
             out.push((k.value().1, Bytes::copy_from_slice(v.value())));
+            if bytes >= bytes_max {
+                return Ok(out);
+            }
+        }
+        let Some(segments) = &self.segments else {
+            return Ok(out);
+        };
+        let start = out.last().map_or(start, |(index, _)| index + 1);
+        let located = txn.open_table(LOG_LOCATION).map_err(StorageError::io)?;
+        for row in located
+            .range((g, start)..(g, end))
+            .map_err(StorageError::io)?
+        {
+            let (k, v) = row.map_err(StorageError::io)?;
+            let entry = segments.read(location(v.value()))?;
+            bytes += entry.len();
+            out.push((k.value().1, entry));
             if bytes >= bytes_max {
                 break;
             }
@@ -321,10 +334,17 @@ impl Shard {
 
     /// One log entry.
     pub fn log_entry(&self, group: GroupId, index: u64) -> Result<Option<Bytes>, StorageError> {
+        let key = (group.to_u64(), index);
         let txn = self.db.begin_read().map_err(StorageError::io)?;
-        let table = txn.open_table(RAFT_LOG).map_err(StorageError::io)?;
-        Ok(table
-            .get((group.to_u64(), index))
+        if let Some(segments) = &self.segments {
+            let located = txn.open_table(LOG_LOCATION).map_err(StorageError::io)?;
+            if let Some(v) = located.get(key).map_err(StorageError::io)? {
+                return segments.read(location(v.value())).map(Some);
+            }
+        }
+        let whole = txn.open_table(RAFT_LOG).map_err(StorageError::io)?;
+        Ok(whole
+            .get(key)
             .map_err(StorageError::io)?
             .map(|v| Bytes::copy_from_slice(v.value())))
     }
@@ -333,8 +353,19 @@ impl Shard {
     pub fn last_log_entry(&self, group: GroupId) -> Result<Option<(u64, Bytes)>, StorageError> {
         let g = group.to_u64();
         let txn = self.db.begin_read().map_err(StorageError::io)?;
-        let table = txn.open_table(RAFT_LOG).map_err(StorageError::io)?;
-        let mut range = table
+        if let Some(segments) = &self.segments {
+            let located = txn.open_table(LOG_LOCATION).map_err(StorageError::io)?;
+            let last = located
+                .range((g, 0)..=(g, u64::MAX))
+                .map_err(StorageError::io)?
+                .next_back();
+            if let Some(row) = last {
+                let (k, v) = row.map_err(StorageError::io)?;
+                return Ok(Some((k.value().1, segments.read(location(v.value()))?)));
+            }
+        }
+        let whole = txn.open_table(RAFT_LOG).map_err(StorageError::io)?;
+        let mut range = whole
             .range((g, 0)..=(g, u64::MAX))
             .map_err(StorageError::io)?;
         match range.next_back() {
@@ -487,12 +518,87 @@ fn index_row(first_sequence: i64, v: (u64, i64, i64, u32)) -> IndexRow {
     }
 }
 
-/// The write-ahead log of a shard and its checkpoint bookkeeping.
+/// The log of a shard and its checkpoint bookkeeping.
 struct Checkpointed {
     wal: Wal,
-    /// The generation of the log being written (stored in redb by the last checkpoint).
-    generation: u64,
+    /// Rows of `log_location` pointing into each segment (as `segment_live` holds them).
+    live: BTreeMap<u64, u64>,
     last: std::time::Instant,
+}
+
+/// Opens the log of the shard whose database is at `path`: replays, in one durable
+/// commit, what an earlier version's single-file log still holds and the log's records
+/// from the replay position on, then checkpoints (which deletes segments no longer needed).
+fn open_log(
+    db: &Database,
+    path: &Path,
+    generation: u64,
+    from: Position,
+    config: &ShardConfig,
+) -> Result<Checkpointed, StorageError> {
+    let legacy_path = path.with_extension("wal");
+    let legacy = crate::wal::read_legacy(&legacy_path, generation)?;
+    let dir = path.with_extension("segments");
+    let (wal, replay) = Wal::open(&dir, from, config.segment_bytes_max)?;
+    if !legacy.is_empty() || !replay.is_empty() {
+        tracing::info!(
+            batches = legacy.len() + replay.len(),
+            path = %dir.display(),
+            "replaying the storage log"
+        );
+    }
+    let txn = db.begin_write().map_err(StorageError::io)?;
+    {
+        let mut tables = Tables::new(&txn);
+        for mutation in legacy.iter().flatten() {
+            apply_mutation(&mut tables, mutation, None)?;
+        }
+        let mut placed = Placed::default();
+        for batch in &replay {
+            placed.locations = batch.locations.iter();
+            for mutation in &batch.mutations {
+                apply_mutation(&mut tables, mutation, Some(&mut placed))?;
+            }
+        }
+        placed.store(&mut tables)?;
+        tables
+            .wal_state()?
+            .remove(WAL_GENERATION)
+            .map_err(StorageError::io)?;
+    }
+    txn.commit().map_err(StorageError::io)?;
+    if !legacy.is_empty() || legacy_path.exists() {
+        std::fs::remove_file(&legacy_path).map_err(|e| {
+            StorageError::Io(format!("cannot remove {}: {e}", legacy_path.display()))
+        })?;
+    }
+    let live = {
+        let txn = db.begin_read().map_err(StorageError::io)?;
+        let table = txn.open_table(SEGMENT_LIVE).map_err(StorageError::io)?;
+        let mut live = BTreeMap::new();
+        for row in table.range::<u64>(..).map_err(StorageError::io)? {
+            let (k, v) = row.map_err(StorageError::io)?;
+            live.insert(k.value(), v.value());
+        }
+        live
+    };
+    let on_disk = wal.segments().ids();
+    if let Some((segment, rows)) = live
+        .iter()
+        .find(|(id, rows)| **rows > 0 && !on_disk.contains(id))
+    {
+        return Err(StorageError::Corrupt(format!(
+            "log segment {segment} of {}, holding {rows} log entries, is missing",
+            dir.display()
+        )));
+    }
+    let mut checkpointed = Checkpointed {
+        wal,
+        live,
+        last: std::time::Instant::now(),
+    };
+    checkpointed.checkpoint(db)?;
+    Ok(checkpointed)
 }
 
 impl Checkpointed {
@@ -502,23 +608,76 @@ impl Checkpointed {
                 || self.last.elapsed() >= config.checkpoint_interval)
     }
 
-    /// Makes redb durable (with the next generation's number) and starts the log over.
+    /// Makes redb durable with the log's current end as the replay position, then deletes
+    /// the segments before it that no row points into any more.
     fn checkpoint(&mut self, db: &Database) -> Result<(), StorageError> {
         let started = std::time::Instant::now();
-        let next = self.generation + 1;
+        let position = self.wal.position();
+        let dead: Vec<u64> = self
+            .wal
+            .segments()
+            .ids()
+            .into_iter()
+            .filter(|id| *id < position.segment && self.live.get(id).copied().unwrap_or(0) == 0)
+            .collect();
         let mut txn = db.begin_write().map_err(StorageError::io)?;
         txn.set_durability(redb::Durability::Immediate)
             .map_err(StorageError::io)?;
-        txn.open_table(WAL_STATE)
-            .map_err(StorageError::io)?
-            .insert(WAL_GENERATION, next)
-            .map_err(StorageError::io)?;
+        {
+            let mut state = txn.open_table(WAL_STATE).map_err(StorageError::io)?;
+            state
+                .insert(REPLAY_SEGMENT, position.segment)
+                .map_err(StorageError::io)?;
+            state
+                .insert(REPLAY_OFFSET, position.offset)
+                .map_err(StorageError::io)?;
+            let mut live = txn.open_table(SEGMENT_LIVE).map_err(StorageError::io)?;
+            for id in &dead {
+                live.remove(*id).map_err(StorageError::io)?;
+            }
+        }
         txn.commit().map_err(StorageError::io)?;
-        self.wal.reset(next)?;
-        self.generation = next;
+        self.wal.checkpointed();
         self.last = std::time::Instant::now();
+        for id in dead {
+            self.live.remove(&id);
+            // Nothing points into it durably any more: a segment left behind is only
+            // space, deleted at the next checkpoint.
+            if let Err(err) = self.wal.delete(id) {
+                tracing::warn!(%err, segment = id, "a log segment could not be deleted");
+            }
+        }
+        metrics::gauge!("tributary_storage_segments").set(self.wal.segments().ids().len() as f64);
         metrics::histogram!("tributary_storage_checkpoint_seconds")
             .record(started.elapsed().as_secs_f64());
+        Ok(())
+    }
+}
+
+/// Where a batch's entries went in the log, and how many `log_location` rows each segment
+/// gained or lost by the batch's writes.
+#[derive(Default)]
+struct Placed<'a> {
+    locations: std::slice::Iter<'a, Location>,
+    delta: BTreeMap<u64, i64>,
+}
+
+impl Placed<'_> {
+    /// Adds the batch's changes to `segment_live`.
+    fn store(&self, tables: &mut Tables<'_>) -> Result<(), StorageError> {
+        let live = tables.segment_live()?;
+        for (&segment, &delta) in &self.delta {
+            let now = live
+                .get(segment)
+                .map_err(StorageError::io)?
+                .map_or(0, |v| v.value());
+            let next = now.checked_add_signed(delta).ok_or_else(|| {
+                StorageError::Corrupt(format!(
+                    "segment {segment} would hold {delta:+} rows from {now}"
+                ))
+            })?;
+            live.insert(segment, next).map_err(StorageError::io)?;
+        }
         Ok(())
     }
 }
@@ -555,19 +714,27 @@ fn writer_loop(
             Some(err) => Err(StorageError::Failed(err.to_string())),
             None => match wal.as_mut() {
                 // Logged (and fsynced when durable) first; redb then only makes the writes
-                // readable, and holds them durably from the next checkpoint on.
+                // readable, pointing at the entries' bytes in the log, and holds them
+                // durably from the next checkpoint on.
                 Some(checkpointed) => checkpointed
                     .wal
                     .append(batch.iter().flat_map(|w| w.mutations.iter()))
-                    .and_then(|()| {
+                    .and_then(|locations| {
                         if durable {
-                            checkpointed.wal.sync()
-                        } else {
-                            Ok(())
+                            checkpointed.wal.sync()?;
                         }
-                    })
-                    .and_then(|()| commit_batch(&db, &batch, false)),
-                None => commit_batch(&db, &batch, durable),
+                        let mut placed = Placed {
+                            locations: locations.iter(),
+                            delta: BTreeMap::new(),
+                        };
+                        commit_batch(&db, &batch, false, Some(&mut placed))?;
+                        for (segment, delta) in placed.delta {
+                            let live = checkpointed.live.entry(segment).or_default();
+                            *live = live.saturating_add_signed(delta);
+                        }
+                        Ok(())
+                    }),
+                None => commit_batch(&db, &batch, durable, None),
             },
         };
         metrics::histogram!("tributary_storage_commit_seconds", "durable" => if durable { "true" } else { "false" })
@@ -620,7 +787,12 @@ fn record_failure(
     }
 }
 
-fn commit_batch(db: &Database, batch: &[Write], durable: bool) -> Result<(), StorageError> {
+fn commit_batch(
+    db: &Database,
+    batch: &[Write],
+    durable: bool,
+    mut placed: Option<&mut Placed<'_>>,
+) -> Result<(), StorageError> {
     let mut txn = db.begin_write().map_err(StorageError::io)?;
     txn.set_durability(if durable {
         redb::Durability::Immediate
@@ -632,11 +804,25 @@ fn commit_batch(db: &Database, batch: &[Write], durable: bool) -> Result<(), Sto
         let mut tables = Tables::new(&txn);
         for write in batch {
             for mutation in &write.mutations {
-                apply_mutation(&mut tables, mutation)?;
+                apply_mutation(&mut tables, mutation, placed.as_deref_mut())?;
             }
+        }
+        if let Some(placed) = placed {
+            placed.store(&mut tables)?;
         }
     }
     txn.commit().map_err(StorageError::io)
+}
+
+/// A `log_location` row's value: (segment, offset, length).
+type LocationValue = (u64, u64, u32);
+
+fn location(v: LocationValue) -> Location {
+    Location {
+        segment: v.0,
+        offset: v.1,
+        len: v.2,
+    }
 }
 
 /// A `seq_index` row's value: (log index, first offset, enqueued ms, event count).
@@ -648,6 +834,8 @@ type SeqValue = (u64, i64, i64, u32);
 struct Tables<'t> {
     txn: &'t WriteTransaction,
     log: Option<redb::Table<'t, (u64, u64), &'static [u8]>>,
+    log_location: Option<redb::Table<'t, (u64, u64), LocationValue>>,
+    segment_live: Option<redb::Table<'t, u64, u64>>,
     meta: Option<redb::Table<'t, (u64, u8), &'static [u8]>>,
     seq: Option<redb::Table<'t, (u64, i64), SeqValue>>,
     offset: Option<redb::Table<'t, (u64, i64), i64>>,
@@ -672,6 +860,8 @@ impl<'t> Tables<'t> {
         Tables {
             txn,
             log: None,
+            log_location: None,
+            segment_live: None,
             meta: None,
             seq: None,
             offset: None,
@@ -682,6 +872,30 @@ impl<'t> Tables<'t> {
     }
 
     table_accessor!(log, RAFT_LOG, (u64, u64), &'static [u8]);
+    table_accessor!(log_location, LOG_LOCATION, (u64, u64), LocationValue);
+    table_accessor!(segment_live, SEGMENT_LIVE, u64, u64);
+
+    /// Removes the `log_location` rows of `group` in `range`, counting them off their
+    /// segments.
+    fn remove_located(
+        &mut self,
+        group: u64,
+        range: std::ops::RangeInclusive<u64>,
+        placed: Option<&mut Placed<'_>>,
+    ) -> Result<(), StorageError> {
+        let Some(placed) = placed else {
+            return Ok(());
+        };
+        let table = self.log_location()?;
+        for row in table
+            .extract_from_if((group, *range.start())..=(group, *range.end()), |_, _| true)
+            .map_err(StorageError::io)?
+        {
+            let (_, v) = row.map_err(StorageError::io)?;
+            *placed.delta.entry(v.value().0).or_default() -= 1;
+        }
+        Ok(())
+    }
     table_accessor!(meta, RAFT_META, (u64, u8), &'static [u8]);
     table_accessor!(seq, SEQ_INDEX, (u64, i64), SeqValue);
     table_accessor!(offset, OFFSET_INDEX, (u64, i64), i64);
@@ -690,28 +904,54 @@ impl<'t> Tables<'t> {
     table_accessor!(wal_state, WAL_STATE, &'static str, u64);
 }
 
-fn apply_mutation(tables: &mut Tables<'_>, mutation: &Mutation) -> Result<(), StorageError> {
+/// Applies one write. With `placed` (a shard with a log on disk), a log entry's row points
+/// at its bytes in the log (the next of `placed.locations`) and the rows each segment gains
+/// or loses are counted; without, the entry is stored whole.
+fn apply_mutation(
+    tables: &mut Tables<'_>,
+    mutation: &Mutation,
+    placed: Option<&mut Placed<'_>>,
+) -> Result<(), StorageError> {
     match mutation {
         Mutation::PutLog {
             group,
             index,
             entry,
-        } => {
-            let t = tables.log()?;
-            t.insert((group.to_u64(), *index), entry.as_ref())
-                .map_err(StorageError::io)?;
-        }
+        } => match placed {
+            Some(placed) => {
+                let at = *placed
+                    .locations
+                    .next()
+                    .expect("the log returns a location for every entry");
+                let old = tables
+                    .log_location()?
+                    .insert((group.to_u64(), *index), (at.segment, at.offset, at.len))
+                    .map_err(StorageError::io)?
+                    .map(|v| v.value().0);
+                if let Some(segment) = old {
+                    *placed.delta.entry(segment).or_default() -= 1;
+                }
+                *placed.delta.entry(at.segment).or_default() += 1;
+            }
+            None => {
+                let t = tables.log()?;
+                t.insert((group.to_u64(), *index), entry.as_ref())
+                    .map_err(StorageError::io)?;
+            }
+        },
         Mutation::TruncateLogFrom { group, from } => {
             let g = group.to_u64();
             let t = tables.log()?;
             t.retain_in((g, *from)..=(g, u64::MAX), |_, _| false)
                 .map_err(StorageError::io)?;
+            tables.remove_located(g, *from..=u64::MAX, placed)?;
         }
         Mutation::PurgeLogThrough { group, through } => {
             let g = group.to_u64();
             let t = tables.log()?;
             t.retain_in((g, 0)..=(g, *through), |_, _| false)
                 .map_err(StorageError::io)?;
+            tables.remove_located(g, 0..=*through, placed)?;
         }
         Mutation::PutMeta { group, key, value } => {
             let t = tables.meta()?;
@@ -772,6 +1012,7 @@ fn apply_mutation(tables: &mut Tables<'_>, mutation: &Mutation) -> Result<(), St
                 .log()?
                 .retain_in((g, 0)..=(g, u64::MAX), |_, _| false)
                 .map_err(StorageError::io)?;
+            tables.remove_located(g, 0..=u64::MAX, placed)?;
             tables
                 .meta()?
                 .retain_in((g, 0)..=(g, u8::MAX), |_, _| false)
@@ -833,16 +1074,53 @@ mod tests {
     /// checkpoint; the rest is in the write-ahead log), copied while the shard still runs.
     fn crash_copy(from: &tempfile::TempDir) -> tempfile::TempDir {
         let to = tempfile::tempdir().unwrap();
-        for name in ["s.redb", "s.wal"] {
-            std::fs::copy(from.path().join(name), to.path().join(name)).unwrap();
+        std::fs::copy(from.path().join("s.redb"), to.path().join("s.redb")).unwrap();
+        std::fs::create_dir(to.path().join("s.segments")).unwrap();
+        for file in std::fs::read_dir(from.path().join("s.segments")).unwrap() {
+            let file = file.unwrap();
+            std::fs::copy(
+                file.path(),
+                to.path().join("s.segments").join(file.file_name()),
+            )
+            .unwrap();
         }
         to
+    }
+
+    /// No checkpoint before the shard is dropped: every write after opening is in the log only.
+    fn never_checkpointing() -> ShardConfig {
+        ShardConfig {
+            checkpoint_bytes: u64::MAX,
+            checkpoint_interval: std::time::Duration::from_secs(3600),
+            ..ShardConfig::default()
+        }
+    }
+
+    fn segment_files(dir: &tempfile::TempDir) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir.path().join("s.segments"))
+            .unwrap()
+            .map(|f| f.unwrap().path())
+            .collect();
+        files.sort();
+        files
+    }
+
+    fn indexes(shard: &Shard, p: u16) -> Vec<u64> {
+        shard
+            .log_entries(group(p), 0, u64::MAX)
+            .unwrap()
+            .into_iter()
+            .map(|(index, bytes)| {
+                assert_eq!(bytes, Bytes::from(format!("entry {p}/{index}")));
+                index
+            })
+            .collect()
     }
 
     #[tokio::test]
     async fn durable_writes_survive_a_crash_between_checkpoints_through_the_log() {
         let dir = tempfile::tempdir().unwrap();
-        let shard = open(&dir);
+        let shard = Shard::open(&dir.path().join("s.redb"), never_checkpointing()).unwrap();
         for i in 0..20 {
             shard
                 .write(vec![put((i % 4) as u16, i)], Durability::Immediate)
@@ -859,35 +1137,25 @@ mod tests {
             )
             .await
             .unwrap();
-        assert!(
-            std::fs::metadata(dir.path().join("s.wal")).unwrap().len() > 16,
-            "the writes are in the log, not yet checkpointed"
-        );
         let crashed = crash_copy(&dir);
         let recovered = open(&crashed);
         for p in 0..4u16 {
             let expected: Vec<u64> = (0..20)
                 .filter(|i| i % 4 == u64::from(p) && (p != 0 || *i < 8))
                 .collect();
-            let got: Vec<u64> = recovered
-                .log_entries(group(p), 0, 100)
-                .unwrap()
-                .into_iter()
-                .map(|(index, bytes)| {
-                    assert_eq!(bytes, Bytes::from(format!("entry {p}/{index}")));
-                    index
-                })
-                .collect();
-            assert_eq!(got, expected, "group {p}");
+            assert_eq!(indexes(&recovered, p), expected, "group {p}");
         }
-        // Replayed once: the recovered shard starts a new log, and opening it again (after
+        // Replayed once: the recovered shard checkpointed, and opening it again (after
         // another crash) finds the same.
         let again = open(&crash_copy(&crashed));
-        assert_eq!(again.log_entries(group(1), 0, 100).unwrap().len(), 5);
+        assert_eq!(indexes(&again, 1), vec![1, 5, 9, 13, 17]);
     }
 
+    /// A checkpoint moves the replay position past everything written: a damaged record
+    /// before it is never read again (replaying from the start would stop at the damage
+    /// and cut the log there, losing the entries after it).
     #[tokio::test]
-    async fn after_a_checkpoint_redb_holds_every_write_without_the_log() {
+    async fn after_a_checkpoint_the_records_before_it_are_not_replayed() {
         let dir = tempfile::tempdir().unwrap();
         let config = ShardConfig {
             checkpoint_bytes: 1,
@@ -903,12 +1171,100 @@ mod tests {
             .await
             .unwrap();
         // The checkpoint due after that write runs in the writer thread before it takes the
-        // next write: once this one completes, redb alone holds both, without the log.
+        // next write: once this one completes, redb holds both durably.
         shard.write(Vec::new(), Durability::Lazy).await.unwrap();
-        let crashed = tempfile::tempdir().unwrap();
-        std::fs::copy(dir.path().join("s.redb"), crashed.path().join("s.redb")).unwrap();
+        let crashed = crash_copy(&dir);
+        let segment = segment_files(&crashed)
+            .into_iter()
+            .find(|f| std::fs::metadata(f).unwrap().len() > 16)
+            .expect("a segment with records");
+        let mut contents = std::fs::read(&segment).unwrap();
+        contents[16 + 4] ^= 0xff; // the first record's CRC
+        std::fs::write(&segment, &contents).unwrap();
         let recovered = open(&crashed);
-        assert_eq!(recovered.log_entries(group(0), 0, 10).unwrap().len(), 2);
+        assert_eq!(indexes(&recovered, 0), vec![1, 2]);
+    }
+
+    /// Segments are deleted (their disk space returned) once no log entry lies in them, at
+    /// the checkpoint after the entries were purged; what is kept stays readable, also
+    /// after a crash.
+    #[tokio::test]
+    async fn segments_are_deleted_once_none_of_their_entries_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = ShardConfig {
+            checkpoint_bytes: 1,
+            segment_bytes_max: 256,
+            ..ShardConfig::default()
+        };
+        let shard = Shard::open(&dir.path().join("s.redb"), config.clone()).unwrap();
+        for i in 1..=40 {
+            shard
+                .write(vec![put((i % 2) as u16, i)], Durability::Immediate)
+                .await
+                .unwrap();
+        }
+        let before = segment_files(&dir).len();
+        assert!(before >= 5, "{before} segments");
+        // Group 1's entries up to 30 and all of group 0 go; group 1 keeps 31..=39.
+        shard
+            .write(
+                vec![
+                    Mutation::PurgeLogThrough {
+                        group: group(1),
+                        through: 30,
+                    },
+                    Mutation::DeleteGroup { group: group(0) },
+                ],
+                Durability::Immediate,
+            )
+            .await
+            .unwrap();
+        // The checkpoint after the purge ran before the writer took this write.
+        shard.write(Vec::new(), Durability::Lazy).await.unwrap();
+        let after = segment_files(&dir).len();
+        assert!(
+            after < before / 2,
+            "{before} segments before the purge, {after} after"
+        );
+        assert_eq!(indexes(&shard, 1), vec![31, 33, 35, 37, 39]);
+        assert!(indexes(&shard, 0).is_empty());
+        let recovered = open(&crash_copy(&dir));
+        assert_eq!(indexes(&recovered, 1), vec![31, 33, 35, 37, 39]);
+
+        // A segment holding kept entries that goes missing is reported, not read as empty.
+        drop(recovered);
+        let damaged = crash_copy(&dir);
+        let oldest = segment_files(&damaged).remove(0);
+        std::fs::remove_file(&oldest).unwrap();
+        let err = Shard::open(&damaged.path().join("s.redb"), config).unwrap_err();
+        assert!(
+            matches!(err, StorageError::Corrupt(ref m) if m.contains("is missing")),
+            "{err}"
+        );
+    }
+
+    /// A data directory of an earlier version has a single-file log (`s.wal`) whose
+    /// records redb may not hold yet: they are replayed once, and the file removed.
+    #[tokio::test]
+    async fn an_earlier_versions_log_is_replayed_once() {
+        let dir = tempfile::tempdir().unwrap();
+        // redb without any log state is at generation 0, the log that followed it.
+        crate::wal::tests::write_legacy(
+            &dir.path().join("s.wal"),
+            0,
+            &[vec![put(0, 1), put(0, 2)], vec![put(1, 1)]],
+        );
+        let shard = Shard::open(&dir.path().join("s.redb"), never_checkpointing()).unwrap();
+        assert!(!dir.path().join("s.wal").exists());
+        assert_eq!(indexes(&shard, 0), vec![1, 2]);
+        shard
+            .write(vec![put(0, 3)], Durability::Immediate)
+            .await
+            .unwrap();
+        assert_eq!(indexes(&shard, 0), vec![1, 2, 3]);
+        let recovered = open(&crash_copy(&dir));
+        assert_eq!(indexes(&recovered, 0), vec![1, 2, 3]);
+        assert_eq!(indexes(&recovered, 1), vec![1]);
     }
 
     /// An in-memory disk that can be made full: every write and sync then fails with ENOSPC.

@@ -1,25 +1,31 @@
-//! The shard's write-ahead log. Every batch of writes is appended here as one record (and
-//! fsynced when it holds a durable write) before it is committed to redb *without* an
-//! fsync; redb is made durable only at checkpoints, after which the log starts over.
+//! The shard's log: a directory of append-only segment files that is both the write-ahead
+//! log and the home of every Raft entry's bytes. Every batch of writes is appended as one
+//! record (and fsynced when it holds a durable write) before it is committed to redb
+//! *without* an fsync; redb is made durable only at checkpoints. redb keeps, for each log
+//! entry, only where its bytes lie in a segment ([`Location`]), never the bytes themselves.
 //!
-//! Why: a durable redb commit rewrites every B-tree page the batch touched (a leaf per
-//! group per table, and their parents) and fsyncs them, about 60 scattered 4 KiB pages per
-//! group commit with 16 busy partitions, whatever the event size; the log instead writes
-//! the batch's bytes once, sequentially. A redb commit without fsync keeps its pages in
-//! memory, so a checkpoint writes each page once however many commits changed it.
+//! Why: a durable redb commit rewrites every B-tree page the batch touched, about 60
+//! scattered 4 KiB pages per group commit with 16 busy partitions, and redb's copy-on-write
+//! pages made a node write about three bytes to its database for every byte of events
+//! (plus the log's own copy). Now an entry's bytes are written once, sequentially, with the
+//! batch they arrived in; redb's rows are a few dozen bytes per entry.
 //!
-//! File layout: a 16-byte header (`MAGIC`, then the generation as u64 little-endian) and
-//! records `[u32 length][u32 CRC-32 of the payload][payload]`. The generation ties the log
-//! to the checkpoint it follows: redb stores the generation of the log that holds the
-//! writes after it; a log of an older generation is already contained in redb (the node
-//! stopped between a checkpoint and the log's reset) and is ignored. Recovery replays the
-//! records of the current generation up to the first incomplete or corrupt one: a prefix of
-//! the batches, including every batch whose fsync completed.
+//! Layout: files `<id>.seg` (id a zero-padded u64, increasing). Each starts with a 16-byte
+//! header (`MAGIC`, then the id as u64 little-endian), then records
+//! `[u32 length][u32 CRC-32 of the payload][payload]`. A segment is closed (fsynced) when
+//! the next would grow past its size limit, so only the newest segment can end in a torn
+//! record. redb stores the replay position ([`Position`]): the records from there on may
+//! be missing from redb's durable state and are replayed on open, up to the first
+//! incomplete or corrupt one (a prefix of the batches, including every batch whose fsync
+//! completed). A segment no log row points into any more, and older than the replay
+//! position, is deleted at a checkpoint.
 
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 use bytes::{Buf, BufMut, Bytes};
 use tributary_types::GroupId;
@@ -27,65 +33,216 @@ use tributary_types::GroupId;
 use crate::error::StorageError;
 use crate::mutation::{IndexRow, MetaKey, Mutation};
 
-const MAGIC: &[u8; 8] = b"TRBWAL01";
+const MAGIC: &[u8; 8] = b"TRBSEG01";
+/// The magic of the single-file log of earlier versions (`<shard>.wal`), replayed once.
+const LEGACY_MAGIC: &[u8; 8] = b"TRBWAL01";
 const HEADER_BYTES: u64 = 16;
 const RECORD_HEADER_BYTES: usize = 8;
 
-/// The write-ahead log file of one shard.
+/// Where one log entry's bytes lie.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Location {
+    pub(crate) segment: u64,
+    pub(crate) offset: u64,
+    pub(crate) len: u32,
+}
+
+/// A point in the log: segment id and byte offset in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub(crate) struct Position {
+    pub(crate) segment: u64,
+    pub(crate) offset: u64,
+}
+
+/// One batch found on replay: its writes and, in order, where each `PutLog` entry's bytes lie.
+pub(crate) struct Replayed {
+    pub(crate) mutations: Vec<Mutation>,
+    pub(crate) locations: Vec<Location>,
+}
+
+/// The open segment files, shared by the writer (which adds and deletes them) and readers.
+#[derive(Debug)]
+pub(crate) struct Segments {
+    dir: PathBuf,
+    files: RwLock<BTreeMap<u64, Arc<File>>>,
+}
+
+impl Segments {
+    /// Reads one entry's bytes.
+    pub(crate) fn read(&self, location: Location) -> Result<Bytes, StorageError> {
+        let file = self
+            .files
+            .read()
+            .expect("segments lock")
+            .get(&location.segment)
+            .cloned()
+            .ok_or_else(|| {
+                StorageError::Io(format!(
+                    "segment {} of {} is gone (its entries were purged)",
+                    location.segment,
+                    self.dir.display()
+                ))
+            })?;
+        let mut bytes = vec![0; location.len as usize];
+        file.read_exact_at(&mut bytes, location.offset)
+            .map_err(|e| {
+                StorageError::Io(format!(
+                    "reading segment {} of {}: {e}",
+                    location.segment,
+                    self.dir.display()
+                ))
+            })?;
+        Ok(Bytes::from(bytes))
+    }
+
+    /// Ids of the segments on disk, in order.
+    pub(crate) fn ids(&self) -> Vec<u64> {
+        self.files
+            .read()
+            .expect("segments lock")
+            .keys()
+            .copied()
+            .collect()
+    }
+
+    fn path(&self, id: u64) -> PathBuf {
+        segment_path(&self.dir, id)
+    }
+}
+
+fn segment_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("{id:020}.seg"))
+}
+
+/// The writer's side of the log: appends records to the newest segment.
 pub(crate) struct Wal {
-    file: File,
-    path: PathBuf,
-    /// Bytes in the file (header included): where the next record goes.
-    len: u64,
-    /// Records appended since the last reset.
+    segments: Arc<Segments>,
+    active: Arc<File>,
+    active_id: u64,
+    /// Bytes in the active segment (header included): where the next record goes.
+    active_len: u64,
+    segment_bytes_max: u64,
+    /// Records and bytes appended since the last checkpoint.
     records: u64,
+    bytes: u64,
     buf: Vec<u8>,
+    /// Where, relative to the record, each `PutLog` entry of the record being built lies.
+    entries: Vec<(u64, u32)>,
 }
 
 impl Wal {
-    /// Opens (or creates) the log at `path` and returns the batches to replay on top of
-    /// redb, whose latest checkpoint is followed by the log of `generation`.
+    /// Opens (or creates) the log in `dir` and returns the batches from `from` on, to replay
+    /// on top of redb. Appends go to a new segment, so the caller's next checkpoint should
+    /// record [`Wal::position`] as the replay position.
     pub(crate) fn open(
-        path: &Path,
-        generation: u64,
-    ) -> Result<(Wal, Vec<Vec<Mutation>>), StorageError> {
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(|e| StorageError::Io(format!("cannot open {}: {e}", path.display())))?;
-        let mut contents = Vec::new();
-        file.read_to_end(&mut contents)
-            .map_err(|e| StorageError::Io(format!("cannot read {}: {e}", path.display())))?;
-        let batches = match parse_header(&contents) {
-            Some(found) if found == generation => parse_records(&contents[HEADER_BYTES as usize..]),
-            // Empty, torn while being reset, or an older log already contained in redb.
-            _ => Vec::new(),
+        dir: &Path,
+        from: Position,
+        segment_bytes_max: u64,
+    ) -> Result<(Wal, Vec<Replayed>), StorageError> {
+        let io = |what: &str, e: std::io::Error| {
+            StorageError::Io(format!("{what} {}: {e}", dir.display()))
         };
+        std::fs::create_dir_all(dir).map_err(|e| io("cannot create", e))?;
+        let mut ids = Vec::new();
+        for item in std::fs::read_dir(dir).map_err(|e| io("cannot list", e))? {
+            let name = item.map_err(|e| io("cannot list", e))?.file_name();
+            let id = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".seg"))
+                .and_then(|n| n.parse::<u64>().ok());
+            if let Some(id) = id {
+                ids.push(id);
+            }
+        }
+        ids.sort_unstable();
+        let mut files = BTreeMap::new();
+        let mut replay = Vec::new();
+        let mut torn = false;
+        for id in ids {
+            let path = segment_path(dir, id);
+            if torn {
+                // After a torn or corrupt record nothing was durable: drop what follows.
+                std::fs::remove_file(&path).map_err(|e| io("cannot remove a segment of", e))?;
+                continue;
+            }
+            let mut file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .map_err(|e| io("cannot open a segment of", e))?;
+            if id >= from.segment {
+                let start = if id == from.segment {
+                    from.offset.max(HEADER_BYTES)
+                } else {
+                    HEADER_BYTES
+                };
+                let mut contents = Vec::new();
+                file.read_to_end(&mut contents)
+                    .map_err(|e| io("cannot read a segment of", e))?;
+                if parse_header(&contents, MAGIC) != Some(id) {
+                    // Torn while being created: it holds no record.
+                    torn = true;
+                    drop(file);
+                    std::fs::remove_file(&path).map_err(|e| io("cannot remove a segment of", e))?;
+                    continue;
+                }
+                let body = contents.get(start as usize..).unwrap_or_default();
+                let (batches, used) = parse_records(body, id, start);
+                replay.extend(batches);
+                let valid = start + used as u64;
+                if valid < contents.len() as u64 {
+                    torn = true;
+                    file.set_len(valid)
+                        .map_err(|e| io("cannot cut a torn segment of", e))?;
+                }
+            }
+            files.insert(id, Arc::new(file));
+        }
+        // Never reuse the replay position's segment id, even if its file is gone.
+        let next = files
+            .keys()
+            .next_back()
+            .map_or(1, |id| id + 1)
+            .max(from.segment + 1);
+        let segments = Arc::new(Segments {
+            dir: dir.to_path_buf(),
+            files: RwLock::new(files),
+        });
+        let (active, active_len) = create_segment(&segments, next)?;
         let wal = Wal {
-            file,
-            path: path.to_path_buf(),
-            len: contents.len() as u64,
+            segments,
+            active,
+            active_id: next,
+            active_len,
+            segment_bytes_max,
             records: 0,
+            bytes: 0,
             buf: Vec::new(),
+            entries: Vec::new(),
         };
-        Ok((wal, batches))
+        Ok((wal, replay))
     }
 
-    /// Appends one batch of writes as one record (not yet fsynced).
+    pub(crate) fn segments(&self) -> &Arc<Segments> {
+        &self.segments
+    }
+
+    /// Appends one batch of writes as one record (not yet fsynced); returns where each
+    /// `PutLog` entry's bytes lie, in order.
     pub(crate) fn append<'a>(
         &mut self,
         mutations: impl Iterator<Item = &'a Mutation>,
-    ) -> Result<(), StorageError> {
+    ) -> Result<Vec<Location>, StorageError> {
         self.buf.clear();
+        self.entries.clear();
         self.buf.extend_from_slice(&[0; RECORD_HEADER_BYTES]);
         let mut count = 0u32;
         let count_at = self.buf.len();
         self.buf.put_u32_le(0);
         for mutation in mutations {
-            encode(mutation, &mut self.buf);
+            if let Some(entry) = encode(mutation, &mut self.buf) {
+                self.entries.push(entry);
+            }
             count += 1;
         }
         self.buf[count_at..count_at + 4].copy_from_slice(&count.to_le_bytes());
@@ -93,57 +250,154 @@ impl Wal {
         let crc = crc32fast::hash(&self.buf[RECORD_HEADER_BYTES..]);
         self.buf[0..4].copy_from_slice(&payload_len.to_le_bytes());
         self.buf[4..8].copy_from_slice(&crc.to_le_bytes());
-        self.file
-            .write_all_at(&self.buf, self.len)
+        if self.active_len > HEADER_BYTES
+            && self.active_len + self.buf.len() as u64 > self.segment_bytes_max
+        {
+            self.roll()?;
+        }
+        let at = self.active_len;
+        self.active
+            .write_all_at(&self.buf, at)
             .map_err(|e| self.error("write", e))?;
-        self.len += self.buf.len() as u64;
+        self.active_len += self.buf.len() as u64;
         self.records += 1;
-        Ok(())
+        self.bytes += self.buf.len() as u64;
+        let segment = self.active_id;
+        Ok(self
+            .entries
+            .iter()
+            .map(|&(offset, len)| Location {
+                segment,
+                offset: at + offset,
+                len,
+            })
+            .collect())
     }
 
     /// Makes every appended record durable.
     pub(crate) fn sync(&self) -> Result<(), StorageError> {
-        self.file.sync_data().map_err(|e| self.error("fsync", e))
+        self.active.sync_data().map_err(|e| self.error("fsync", e))
     }
 
-    /// Starts the log over as `generation`, once redb holds everything in it durably.
-    pub(crate) fn reset(&mut self, generation: u64) -> Result<(), StorageError> {
-        self.file
-            .set_len(0)
-            .map_err(|e| self.error("truncate", e))?;
-        let mut header = Vec::with_capacity(HEADER_BYTES as usize);
-        header.extend_from_slice(MAGIC);
-        header.put_u64_le(generation);
-        self.file
-            .write_all_at(&header, 0)
-            .map_err(|e| self.error("write", e))?;
-        self.sync()?;
-        self.len = HEADER_BYTES;
+    /// Where the next record goes.
+    pub(crate) fn position(&self) -> Position {
+        Position {
+            segment: self.active_id,
+            offset: self.active_len,
+        }
+    }
+
+    /// A checkpoint made everything appended so far durable in redb.
+    pub(crate) fn checkpointed(&mut self) {
         self.records = 0;
-        Ok(())
+        self.bytes = 0;
     }
 
-    /// Bytes of records since the last reset.
+    /// Deletes a segment no longer needed (nothing points into it, and it is older than
+    /// the replay position).
+    pub(crate) fn delete(&self, id: u64) -> Result<(), StorageError> {
+        assert!(id < self.active_id, "the active segment is never deleted");
+        self.segments
+            .files
+            .write()
+            .expect("segments lock")
+            .remove(&id);
+        match std::fs::remove_file(self.segments.path(id)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(self.error("delete a segment", e)),
+        }
+    }
+
+    /// Bytes of records since the last checkpoint.
     pub(crate) fn bytes(&self) -> u64 {
-        self.len.saturating_sub(HEADER_BYTES)
+        self.bytes
     }
 
-    /// Records since the last reset.
+    /// Records since the last checkpoint.
     pub(crate) fn records(&self) -> u64 {
         self.records
     }
 
+    /// Closes the active segment (fsynced, so only the newest segment can be torn) and
+    /// starts the next.
+    fn roll(&mut self) -> Result<(), StorageError> {
+        self.sync()?;
+        let next = self.active_id + 1;
+        let (active, len) = create_segment(&self.segments, next)?;
+        self.active = active;
+        self.active_id = next;
+        self.active_len = len;
+        Ok(())
+    }
+
     fn error(&self, what: &str, err: std::io::Error) -> StorageError {
         StorageError::Io(format!(
-            "write-ahead log {}: {what} failed: {err}",
-            self.path.display()
+            "log segment {} of {}: {what} failed: {err}",
+            self.active_id,
+            self.segments.dir.display()
         ))
     }
 }
 
-fn parse_header(contents: &[u8]) -> Option<u64> {
+/// Creates segment `id` with its header, durably (file and directory entry).
+fn create_segment(segments: &Segments, id: u64) -> Result<(Arc<File>, u64), StorageError> {
+    let path = segments.path(id);
+    let io = |what: &str, e: std::io::Error| {
+        StorageError::Io(format!("cannot {what} {}: {e}", path.display()))
+    };
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .map_err(|e| io("create", e))?;
+    let mut header = Vec::with_capacity(HEADER_BYTES as usize);
+    header.extend_from_slice(MAGIC);
+    header.put_u64_le(id);
+    file.write_all_at(&header, 0).map_err(|e| io("write", e))?;
+    file.sync_data().map_err(|e| io("fsync", e))?;
+    File::open(&segments.dir)
+        .and_then(|dir| dir.sync_all())
+        .map_err(|e| io("fsync the directory of", e))?;
+    let file = Arc::new(file);
+    segments
+        .files
+        .write()
+        .expect("segments lock")
+        .insert(id, file.clone());
+    Ok((file, HEADER_BYTES))
+}
+
+/// The batches of an earlier version's single-file log (`<shard>.wal`) still to replay:
+/// those of `generation`, the log that followed redb's last checkpoint. Their entries go
+/// to redb whole (the file is removed afterwards).
+pub(crate) fn read_legacy(
+    path: &Path,
+    generation: u64,
+) -> Result<Vec<Vec<Mutation>>, StorageError> {
+    let contents = match std::fs::read(path) {
+        Ok(contents) => contents,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(StorageError::Io(format!(
+                "cannot read {}: {e}",
+                path.display()
+            )));
+        }
+    };
+    if parse_header(&contents, LEGACY_MAGIC) != Some(generation) {
+        // Empty, torn while being reset, or already contained in redb.
+        return Ok(Vec::new());
+    }
+    let (batches, _) = parse_records(&contents[HEADER_BYTES as usize..], 0, 0);
+    Ok(batches.into_iter().map(|b| b.mutations).collect())
+}
+
+fn parse_header(contents: &[u8], magic: &[u8; 8]) -> Option<u64> {
     let header = contents.get(..HEADER_BYTES as usize)?;
-    if &header[..8] != MAGIC {
+    if &header[..8] != magic {
         return None;
     }
     Some(u64::from_le_bytes(
@@ -151,26 +405,40 @@ fn parse_header(contents: &[u8]) -> Option<u64> {
     ))
 }
 
-/// The complete records at the start of `body`, decoded; stops at the first incomplete,
+/// The complete records at the start of `body` (which starts at byte `start` of segment
+/// `segment`), decoded, and how many bytes they take; stops at the first incomplete,
 /// corrupt or undecodable one.
-fn parse_records(mut body: &[u8]) -> Vec<Vec<Mutation>> {
+fn parse_records(body: &[u8], segment: u64, start: u64) -> (Vec<Replayed>, usize) {
     let mut batches = Vec::new();
-    while body.len() >= RECORD_HEADER_BYTES {
-        let len = u32::from_le_bytes(body[0..4].try_into().expect("4 bytes")) as usize;
-        let crc = u32::from_le_bytes(body[4..8].try_into().expect("4 bytes"));
-        let Some(payload) = body.get(RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + len) else {
+    let mut used = 0;
+    while body.len() - used >= RECORD_HEADER_BYTES {
+        let rest = &body[used..];
+        let len = u32::from_le_bytes(rest[0..4].try_into().expect("4 bytes")) as usize;
+        let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
+        let Some(payload) = rest.get(RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + len) else {
             break;
         };
         if crc32fast::hash(payload) != crc {
             break;
         }
-        match decode_batch(payload) {
-            Some(batch) => batches.push(batch),
-            None => break,
-        }
-        body = &body[RECORD_HEADER_BYTES + len..];
+        let Some((mutations, entries)) = decode_batch(payload) else {
+            break;
+        };
+        let payload_at = start + (used + RECORD_HEADER_BYTES) as u64;
+        batches.push(Replayed {
+            mutations,
+            locations: entries
+                .into_iter()
+                .map(|(offset, len)| Location {
+                    segment,
+                    offset: payload_at + offset,
+                    len,
+                })
+                .collect(),
+        });
+        used += RECORD_HEADER_BYTES + len;
     }
-    batches
+    (batches, used)
 }
 
 fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
@@ -178,7 +446,8 @@ fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
-fn encode(mutation: &Mutation, out: &mut Vec<u8>) {
+/// Encodes one write; for a `PutLog`, returns where in `out` its entry's bytes went.
+fn encode(mutation: &Mutation, out: &mut Vec<u8>) -> Option<(u64, u32)> {
     match mutation {
         Mutation::PutLog {
             group,
@@ -189,6 +458,7 @@ fn encode(mutation: &Mutation, out: &mut Vec<u8>) {
             out.put_u64_le(group.to_u64());
             out.put_u64_le(*index);
             put_bytes(out, entry);
+            return Some(((out.len() - entry.len()) as u64, entry.len() as u32));
         }
         Mutation::TruncateLogFrom { group, from } => {
             out.put_u8(2);
@@ -237,6 +507,7 @@ fn encode(mutation: &Mutation, out: &mut Vec<u8>) {
             put_bytes(out, key.as_bytes());
         }
     }
+    None
 }
 
 fn meta_key(byte: u8) -> Option<MetaKey> {
@@ -290,17 +561,28 @@ impl Reader<'_> {
     }
 }
 
-fn decode_batch(payload: &[u8]) -> Option<Vec<Mutation>> {
+/// One record's writes and, for each `PutLog`, where in `payload` its entry's bytes lie.
+type Decoded = (Vec<Mutation>, Vec<(u64, u32)>);
+
+fn decode_batch(payload: &[u8]) -> Option<Decoded> {
     let mut r = Reader(payload);
     let count = r.u32()?;
     let mut batch = Vec::with_capacity(count.min(1 << 16) as usize);
+    let mut entries = Vec::new();
     for _ in 0..count {
         let mutation = match r.u8()? {
-            1 => Mutation::PutLog {
-                group: r.group()?,
-                index: r.u64()?,
-                entry: r.bytes()?,
-            },
+            1 => {
+                let group = r.group()?;
+                let index = r.u64()?;
+                let entry = r.bytes()?;
+                let at = payload.len() - r.0.remaining() - entry.len();
+                entries.push((at as u64, entry.len() as u32));
+                Mutation::PutLog {
+                    group,
+                    index,
+                    entry,
+                }
+            }
             2 => Mutation::TruncateLogFrom {
                 group: r.group()?,
                 from: r.u64()?,
@@ -338,14 +620,32 @@ fn decode_batch(payload: &[u8]) -> Option<Vec<Mutation>> {
         };
         batch.push(mutation);
     }
-    r.0.is_empty().then_some(batch)
+    r.0.is_empty().then_some((batch, entries))
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    /// Writes a single-file log as earlier versions did.
+    pub(crate) fn write_legacy(path: &Path, generation: u64, batches: &[Vec<Mutation>]) {
+        let mut out = Vec::new();
+        out.extend_from_slice(LEGACY_MAGIC);
+        out.put_u64_le(generation);
+        for batch in batches {
+            let mut payload = Vec::new();
+            payload.put_u32_le(batch.len() as u32);
+            for mutation in batch {
+                encode(mutation, &mut payload);
+            }
+            out.put_u32_le(payload.len() as u32);
+            out.put_u32_le(crc32fast::hash(&payload));
+            out.extend_from_slice(&payload);
+        }
+        std::fs::write(path, out).unwrap();
+    }
 
     fn mutation() -> impl Strategy<Value = Mutation> {
         let group = any::<u64>().prop_map(GroupId::from_u64);
@@ -393,66 +693,146 @@ mod tests {
         ]
     }
 
-    fn same(a: &[Vec<Mutation>], b: &[Vec<Mutation>]) -> bool {
-        format!("{a:?}") == format!("{b:?}")
+    fn same(a: &[Replayed], b: &[Vec<Mutation>]) -> bool {
+        let a: Vec<&Vec<Mutation>> = a.iter().map(|r| &r.mutations).collect();
+        format!("{a:?}") == format!("{:?}", b.iter().collect::<Vec<_>>())
+    }
+
+    fn entries(batch: &[Mutation]) -> Vec<Bytes> {
+        batch
+            .iter()
+            .filter_map(|m| match m {
+                Mutation::PutLog { entry, .. } => Some(entry.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn segment_files(dir: &Path) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|f| f.unwrap().path())
+            .collect();
+        files.sort();
+        files
     }
 
     proptest! {
-        /// Whatever was appended reads back, and a log cut anywhere (a torn write at a
-        /// crash) reads back as a prefix of whole batches.
+        /// Whatever was appended reads back (with every entry's location holding its
+        /// bytes), across segments however small, and a log cut anywhere in its newest
+        /// segment (a torn write at a crash) reads back as a prefix of whole batches.
         #[test]
-        fn records_read_back_and_a_torn_tail_leaves_a_prefix(
+        fn records_read_back_across_segments_and_a_torn_tail_leaves_a_prefix(
             batches in proptest::collection::vec(proptest::collection::vec(mutation(), 0..6), 0..8),
+            segment_bytes_max in 64u64..2048,
             cut in any::<prop::sample::Index>(),
         ) {
             let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join("shard.wal");
-            let (mut wal, replay) = Wal::open(&path, 7).unwrap();
+            let log = dir.path().join("log");
+            let (mut wal, replay) = Wal::open(&log, Position::default(), segment_bytes_max).unwrap();
             prop_assert!(replay.is_empty());
-            wal.reset(7).unwrap();
+            let start = wal.position();
             for batch in &batches {
-                wal.append(batch.iter()).unwrap();
+                let locations = wal.append(batch.iter()).unwrap();
+                let read: Vec<Bytes> = locations
+                    .iter()
+                    .map(|l| wal.segments().read(*l).unwrap())
+                    .collect();
+                prop_assert_eq!(read, entries(batch));
             }
             wal.sync().unwrap();
             drop(wal);
-            let (_, replay) = Wal::open(&path, 7).unwrap();
+            let (wal, replay) = Wal::open(&log, start, segment_bytes_max).unwrap();
             prop_assert!(same(&replay, &batches));
-
-            // Another generation's log is not replayed.
-            let (_, replay) = Wal::open(&path, 8).unwrap();
+            for (replayed, batch) in replay.iter().zip(&batches) {
+                let read: Vec<Bytes> = replayed
+                    .locations
+                    .iter()
+                    .map(|l| wal.segments().read(*l).unwrap())
+                    .collect();
+                prop_assert_eq!(read, entries(batch));
+            }
+            // Replaying from where the reopened log appends finds nothing.
+            let end = wal.position();
+            drop(wal);
+            let (_, replay) = Wal::open(&log, end, segment_bytes_max).unwrap();
             prop_assert!(replay.is_empty());
 
-            let contents = std::fs::read(&path).unwrap();
-            let cut = HEADER_BYTES as usize + cut.index(contents.len() - HEADER_BYTES as usize + 1);
-            std::fs::write(&path, &contents[..cut]).unwrap();
-            let (_, replay) = Wal::open(&path, 7).unwrap();
+            // Cut the newest segment holding records (the reopenings added empty ones).
+            let files = segment_files(&log);
+            let newest = files
+                .iter()
+                .rev()
+                .find(|f| std::fs::metadata(f).unwrap().len() > HEADER_BYTES)
+                .cloned();
+            if let Some(newest) = newest {
+                let contents = std::fs::read(&newest).unwrap();
+                let cut = HEADER_BYTES as usize
+                    + cut.index(contents.len() - HEADER_BYTES as usize + 1);
+                std::fs::write(&newest, &contents[..cut]).unwrap();
+            }
+            let (_, replay) = Wal::open(&log, start, segment_bytes_max).unwrap();
             prop_assert!(replay.len() <= batches.len());
             prop_assert!(same(&replay, &batches[..replay.len()]));
         }
     }
 
     #[test]
-    fn a_corrupt_record_ends_the_replay() {
+    fn a_corrupt_record_ends_the_replay_and_what_follows_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("shard.wal");
-        let (mut wal, _) = Wal::open(&path, 1).unwrap();
-        wal.reset(1).unwrap();
+        let log = dir.path().join("log");
+        let (mut wal, _) = Wal::open(&log, Position::default(), 1 << 20).unwrap();
+        let start = wal.position();
         let put = |index| Mutation::PutLog {
             group: GroupId::from_u64(1),
             index,
             entry: Bytes::from_static(b"entry"),
         };
         wal.append([put(1)].iter()).unwrap();
-        let second_at = wal.len;
+        let second_at = wal.position().offset;
         wal.append([put(2)].iter()).unwrap();
         wal.append([put(3)].iter()).unwrap();
         wal.sync().unwrap();
+        let path = segment_path(&log, start.segment);
         drop(wal);
         let mut contents = std::fs::read(&path).unwrap();
         let flip = second_at as usize + RECORD_HEADER_BYTES + 3;
         contents[flip] ^= 0xff;
         std::fs::write(&path, &contents).unwrap();
-        let (_, replay) = Wal::open(&path, 1).unwrap();
+        let (mut wal, replay) = Wal::open(&log, start, 1 << 20).unwrap();
         assert_eq!(replay.len(), 1, "only the record before the corrupt one");
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            second_at,
+            "the corrupt record and what follows are cut off"
+        );
+        // The log goes on after what was kept.
+        wal.append([put(2)].iter()).unwrap();
+        wal.sync().unwrap();
+        drop(wal);
+        let (_, replay) = Wal::open(&log, start, 1 << 20).unwrap();
+        assert_eq!(replay.len(), 2);
+    }
+
+    #[test]
+    fn deleted_segments_are_gone_from_disk_and_from_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log");
+        let (mut wal, _) = Wal::open(&log, Position::default(), 64).unwrap();
+        let put = |index| Mutation::PutLog {
+            group: GroupId::from_u64(1),
+            index,
+            entry: Bytes::from(vec![7u8; 40]),
+        };
+        let first = wal.append([put(1)].iter()).unwrap()[0];
+        let second = wal.append([put(2)].iter()).unwrap()[0];
+        assert!(
+            second.segment > first.segment,
+            "a record past the limit starts a segment"
+        );
+        wal.delete(first.segment).unwrap();
+        assert!(!segment_path(&log, first.segment).exists());
+        assert!(wal.segments().read(first).is_err());
+        assert_eq!(wal.segments().read(second).unwrap(), vec![7u8; 40]);
     }
 }
