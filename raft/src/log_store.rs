@@ -21,9 +21,10 @@ use crate::types::TypeConfig;
 ///
 /// `append` only queues the write: openraft's core goes on (accepting sends, replicating)
 /// while the shard commits, so a group has several appends in flight, each sharing an
-/// fsync with every other group's. Entries queued but not yet committed are kept in memory
-/// (`pending`) and served from there, so they are readable as soon as `append` returns, as
-/// openraft requires.
+/// fsync with every other group's. Appended entries are kept in memory (`tail`) and served
+/// from there: while their write is queued (openraft requires them readable as soon as
+/// `append` returns), and on until the state machine has read them to apply, so neither
+/// applying nor replicating to a follower that keeps up reads them back from storage.
 #[derive(Debug, Clone)]
 pub struct LogStore {
     group: GroupId,
@@ -31,9 +32,55 @@ pub struct LogStore {
     /// First index openraft may read: one past the purged index. Purging keeps the rows
     /// (they are the partition's data) but hides them from openraft.
     first_readable: Arc<AtomicU64>,
-    /// Appended entries whose write has not committed yet, by index. Shared with the log
-    /// readers (clones of this store).
-    pending: Arc<Mutex<BTreeMap<u64, EntryOf<TypeConfig>>>>,
+    /// The newest appended entries. Shared with the log readers (clones of this store).
+    tail: Arc<Mutex<Tail>>,
+}
+
+/// Bytes of entries already written that a group keeps in memory at most, waiting for the
+/// state machine to apply them (a slow state machine then reads the older ones from storage).
+pub const TAIL_WRITTEN_BYTES_MAX: usize = 4 * 1024 * 1024;
+
+/// A group's newest entries: every entry whose write is still queued, and written ones not
+/// yet applied (within [`TAIL_WRITTEN_BYTES_MAX`]). Entries leave from the front only once
+/// written, so every index is in storage, here, or both.
+#[derive(Debug, Default)]
+struct Tail {
+    entries: BTreeMap<u64, Held>,
+    /// Stored bytes of the held entries already written.
+    written_bytes: usize,
+    /// Entries up to this index were handed to the state machine.
+    applied: Option<u64>,
+}
+
+#[derive(Debug)]
+struct Held {
+    entry: EntryOf<TypeConfig>,
+    /// Its stored size.
+    bytes: usize,
+    written: bool,
+}
+
+impl Tail {
+    /// Drops written entries from the front: those applied, and the oldest beyond the bound.
+    fn trim(&mut self) {
+        while let Some(first) = self.entries.first_entry() {
+            let held = first.get();
+            let applied = self.applied.is_some_and(|applied| *first.key() <= applied);
+            if !held.written || !(applied || self.written_bytes > TAIL_WRITTEN_BYTES_MAX) {
+                break;
+            }
+            self.written_bytes -= held.bytes;
+            first.remove();
+        }
+    }
+
+    /// Held entries `start..end` with their stored sizes.
+    fn range(&self, start: u64, end: u64) -> Vec<(u64, usize, EntryOf<TypeConfig>)> {
+        self.entries
+            .range(start..end)
+            .map(|(index, held)| (*index, held.bytes, held.entry.clone()))
+            .collect()
+    }
 }
 
 impl LogStore {
@@ -42,7 +89,7 @@ impl LogStore {
             group,
             shard,
             first_readable: Arc::new(AtomicU64::new(0)),
-            pending: Arc::default(),
+            tail: Arc::default(),
         };
         let purged: Option<LogIdOf<TypeConfig>> = store.read_meta(MetaKey::Purged)?;
         store.first_readable = Arc::new(AtomicU64::new(purged.map_or(0, |id| id.index() + 1)));
@@ -88,9 +135,8 @@ fn bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
 pub const REPLICATION_BYTES_MAX: usize = 16 * 1024 * 1024;
 
 impl LogStore {
-    /// Entries `start..end` from storage, stopping after the one that brings their stored
-    /// size to `bytes_max` (at least one); queued entries follow only when the stored ones
-    /// stayed under it (they are few: a group's appends in flight).
+    /// Entries `start..end`, from the tail where it holds them and from storage otherwise,
+    /// stopping after the one that brings their stored size to `bytes_max` (at least one).
     fn entries_limited(
         &self,
         start: u64,
@@ -101,29 +147,32 @@ impl LogStore {
         if start >= end {
             return Ok(Vec::new());
         }
-        // Copy the queued entries first: one whose write commits meanwhile leaves `pending`
-        // only after it is in storage, so every index is found in one place or the other.
-        let queued: Vec<EntryOf<TypeConfig>> = self
-            .pending
-            .lock()
-            .expect("pending lock")
-            .range(start..end)
-            .map(|(_, entry)| entry.clone())
-            .collect();
-        if queued.first().is_some_and(|entry| entry.index() == start) {
-            return Ok(queued);
-        }
-        let stored_end = queued.first().map_or(end, |entry| entry.index());
-        let rows = self
-            .shard
-            .log_entries_limited(self.group, start, stored_end, bytes_max)?;
-        let complete = rows.iter().map(|(_, bytes)| bytes.len()).sum::<usize>() < bytes_max;
-        let mut entries = rows
-            .iter()
-            .map(|(_, bytes)| decode(bytes))
-            .collect::<io::Result<Vec<EntryOf<TypeConfig>>>>()?;
-        if complete {
-            entries.extend(queued);
+        // Copy the held entries first: one leaves the tail only after it is in storage, so
+        // every index is found in one place or the other. What the tail lacks (older
+        // entries, or a gap a snapshot left) comes from storage.
+        let held = self.tail.lock().expect("tail lock").range(start, end);
+        let mut held = held.into_iter().peekable();
+        let mut entries = Vec::new();
+        let mut bytes = 0;
+        let mut next = start;
+        while next < end && bytes < bytes_max {
+            if let Some((index, size, entry)) = held.next_if(|(index, ..)| *index == next) {
+                bytes += size;
+                entries.push(entry);
+                next = index + 1;
+                continue;
+            }
+            let stop = held.peek().map_or(end, |(index, ..)| *index);
+            let rows = self
+                .shard
+                .log_entries_limited(self.group, next, stop, bytes_max - bytes)?;
+            for (_, row) in &rows {
+                bytes += row.len();
+                entries.push(decode(row)?);
+            }
+            // Storage had all it holds of `next..stop` (unless the bound stopped it): the
+            // held entries, if any, come next.
+            next = stop;
         }
         Ok(entries)
     }
@@ -136,6 +185,31 @@ impl RaftLogReader<TypeConfig> for LogStore {
     ) -> Result<Vec<EntryOf<TypeConfig>>, io::Error> {
         let (start, end) = bounds(&range);
         self.entries_limited(start, end, usize::MAX)
+    }
+
+    /// What the state machine applies: read like any range, after which the held entries
+    /// up to its end have served their last purpose in memory.
+    async fn entries_stream<RB>(
+        &mut self,
+        range: RB,
+    ) -> impl futures::Stream<Item = Result<EntryOf<TypeConfig>, io::Error>> + OptionalSend
+    where
+        RB: RangeBounds<u64> + Clone + Debug + OptionalSend,
+    {
+        let (start, end) = bounds(&range);
+        let read = self.entries_limited(start, end, usize::MAX);
+        if let Ok(entries) = &read
+            && let Some(last) = entries.last()
+        {
+            let mut tail = self.tail.lock().expect("tail lock");
+            tail.applied = tail.applied.max(Some(last.index()));
+            tail.trim();
+        }
+        let items: Vec<Result<EntryOf<TypeConfig>, io::Error>> = match read {
+            Ok(entries) => entries.into_iter().map(Ok).collect(),
+            Err(err) => vec![Err(err)],
+        };
+        futures::stream::iter(items)
     }
 
     /// What replication sends in one AppendEntries: entries from `start`, at most about
@@ -161,11 +235,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
         let last_purged_log_id: Option<LogIdOf<TypeConfig>> = self.read_meta(MetaKey::Purged)?;
         let queued = self
-            .pending
+            .tail
             .lock()
-            .expect("pending lock")
+            .expect("tail lock")
+            .entries
             .last_key_value()
-            .map(|(_, entry)| entry.log_id());
+            .map(|(_, held)| held.entry.log_id());
         let last = match (queued, self.shard.last_log_entry(self.group)?) {
             (Some(queued), _) => Some(queued),
             (None, Some((_, bytes))) => Some(decode::<EntryOf<TypeConfig>>(&bytes)?.log_id()),
@@ -239,32 +314,53 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let mut mutations = Vec::new();
         let mut ids = Vec::new();
         {
-            let mut pending = self.pending.lock().expect("pending lock");
+            let mut tail = self.tail.lock().expect("tail lock");
             for entry in entries {
+                let encoded = encode(&entry)?;
+                let bytes = encoded.len();
                 mutations.push(Mutation::PutLog {
                     group: self.group,
                     index: entry.index(),
-                    entry: encode(&entry)?,
+                    entry: encoded,
                 });
                 ids.push(entry.log_id());
-                pending.insert(entry.index(), entry);
+                let replaced = tail.entries.insert(
+                    entry.index(),
+                    Held {
+                        entry,
+                        bytes,
+                        written: false,
+                    },
+                );
+                if let Some(old) = replaced
+                    && old.written
+                {
+                    tail.written_bytes -= old.bytes;
+                }
             }
         }
         // Queue the write (shared with every other group's in the shard's next commit) and
-        // return: the entries are readable from `pending` meanwhile. Once the commit is
-        // durable they are readable from storage, leave `pending`, and openraft hears of
-        // the flush.
-        let pending = self.pending.clone();
+        // return: the entries are readable from the tail meanwhile. Once the commit is
+        // durable they are readable from storage too, may leave the tail, and openraft
+        // hears of the flush.
+        let tail = self.tail.clone();
         self.shard
             .submit(mutations, Durability::Immediate, move |result| {
                 if result.is_ok() {
-                    let mut pending = pending.lock().expect("pending lock");
+                    let mut tail = tail.lock().expect("tail lock");
+                    let mut written = 0;
                     for id in ids {
                         // Unless a truncation replaced it meanwhile.
-                        if pending.get(&id.index()).is_some_and(|e| e.log_id() == id) {
-                            pending.remove(&id.index());
+                        if let Some(held) = tail.entries.get_mut(&id.index())
+                            && held.entry.log_id() == id
+                            && !held.written
+                        {
+                            held.written = true;
+                            written += held.bytes;
                         }
                     }
+                    tail.written_bytes += written;
+                    tail.trim();
                 }
                 callback.io_completed(result.map_err(io::Error::from));
             })
@@ -277,9 +373,21 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         last_log_id: Option<LogIdOf<TypeConfig>>,
     ) -> Result<(), io::Error> {
         let from = last_log_id.map_or(0, |id| id.index() + 1);
-        // Queued entries from `from` on go now; the truncation is queued behind their
-        // writes, so storage ends up without them too.
-        drop(self.pending.lock().expect("pending lock").split_off(&from));
+        // Held entries from `from` on go now; the truncation is queued behind their writes,
+        // so storage ends up without them too.
+        {
+            let mut tail = self.tail.lock().expect("tail lock");
+            let dropped = tail.entries.split_off(&from);
+            let written: usize = dropped
+                .values()
+                .filter(|held| held.written)
+                .map(|held| held.bytes)
+                .sum();
+            tail.written_bytes -= written;
+            if tail.applied.is_some_and(|applied| applied >= from) {
+                tail.applied = from.checked_sub(1);
+            }
+        }
         self.shard
             .write(
                 vec![Mutation::TruncateLogFrom {
@@ -381,5 +489,99 @@ mod tests {
             indexes(store.limited_get_log_entries(1, 21).await.unwrap()),
             (1..=16).collect::<Vec<u64>>()
         );
+    }
+
+    fn body_bytes(entry: &EntryOf<TypeConfig>) -> usize {
+        match &entry.payload {
+            openraft::EntryPayload::Normal(Proposal::Append(batch)) => batch.events.len(),
+            other => panic!("not an append: {other:?}"),
+        }
+    }
+
+    async fn append(store: &mut LogStore, entries: Vec<EntryOf<TypeConfig>>) {
+        use openraft::type_config::async_runtime::Oneshot as _;
+        let (tx, rx) = openraft::alias::OneshotOf::<TypeConfig>::channel();
+        store.append(entries, IOFlushed::signal(tx)).await.unwrap();
+        rx.await.unwrap().unwrap();
+    }
+
+    /// Appended entries stay in memory after their write until the state machine has read
+    /// them, so applying and replicating do not read them back; then storage serves them.
+    #[tokio::test]
+    async fn entries_are_read_from_memory_until_applied_then_from_storage() {
+        use futures::StreamExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let shard = Shard::open(&dir.path().join("s.redb"), ShardConfig::default()).unwrap();
+        let group = GroupId::new(HubId(1), PartitionId(0), 0);
+        let mut store = LogStore::new(group, shard.clone()).unwrap();
+        append(&mut store, (1..=4).map(|i| entry(i, 10)).collect()).await;
+        // Storage holds them now. Mark its copies (20-byte bodies): only a read from
+        // storage returns those.
+        let marked = (1..=4)
+            .map(|index| Mutation::PutLog {
+                group,
+                index,
+                entry: encode(&entry(index, 20)).unwrap(),
+            })
+            .collect();
+        shard.write(marked, Durability::Immediate).await.unwrap();
+        let sizes = |entries: Vec<EntryOf<TypeConfig>>| -> Vec<usize> {
+            entries.iter().map(body_bytes).collect()
+        };
+        assert_eq!(
+            sizes(store.try_get_log_entries(1..5).await.unwrap()),
+            vec![10, 10, 10, 10]
+        );
+        // The state machine applies 1 and 2.
+        let applied: Vec<_> = store.entries_stream(1..3).await.collect().await;
+        assert_eq!(applied.len(), 2);
+        assert_eq!(
+            sizes(store.try_get_log_entries(1..5).await.unwrap()),
+            vec![20, 20, 10, 10]
+        );
+        // Held entries older than a gap (a snapshot installed past them) still read in
+        // order with what storage holds between.
+        append(&mut store, vec![entry(6, 10)]).await;
+        shard
+            .write(
+                vec![Mutation::PutLog {
+                    group,
+                    index: 5,
+                    entry: encode(&entry(5, 20)).unwrap(),
+                }],
+                Durability::Immediate,
+            )
+            .await
+            .unwrap();
+        let all = store.try_get_log_entries(1..7).await.unwrap();
+        assert_eq!(indexes_of(&all), (1..=6).collect::<Vec<u64>>());
+        assert_eq!(sizes(all), vec![20, 20, 10, 10, 20, 10]);
+    }
+
+    /// Written entries the state machine does not take are held within a bound: the
+    /// oldest go first, and are then read from storage.
+    #[tokio::test]
+    async fn written_entries_are_held_within_a_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = Shard::open(&dir.path().join("s.redb"), ShardConfig::default()).unwrap();
+        let group = GroupId::new(HubId(1), PartitionId(0), 0);
+        let mut store = LogStore::new(group, shard).unwrap();
+        let entry_bytes = 1024 * 1024;
+        let count = (TAIL_WRITTEN_BYTES_MAX / entry_bytes) as u64 + 4;
+        for index in 1..=count {
+            append(&mut store, vec![entry(index, entry_bytes)]).await;
+        }
+        {
+            let tail = store.tail.lock().unwrap();
+            assert!(tail.written_bytes <= TAIL_WRITTEN_BYTES_MAX);
+            assert_eq!(tail.entries.keys().next_back(), Some(&count));
+            assert!(*tail.entries.keys().next().unwrap() > 1);
+        }
+        let all = store.try_get_log_entries(1..count + 1).await.unwrap();
+        assert_eq!(indexes_of(&all), (1..=count).collect::<Vec<u64>>());
+    }
+
+    fn indexes_of(entries: &[EntryOf<TypeConfig>]) -> Vec<u64> {
+        entries.iter().map(|e| e.index()).collect()
     }
 }
