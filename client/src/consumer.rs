@@ -13,6 +13,11 @@ use tributary_proto::v1::consumer_client::ConsumerClient as ConsumerStub;
 use tributary_proto::v1::management_client::ManagementClient as ManagementStub;
 
 use crate::client::require_name;
+
+/// Largest receive reply accepted: one event of the largest publication a node may be
+/// configured to accept (64 MiB), with room for its properties and framing. Nodes end a
+/// reply at 1 MiB of bodies, so only a single large event comes near it.
+const RECEIVE_REPLY_BYTES_MAX: usize = 65 * 1024 * 1024;
 use crate::routing::{PartitionKey, Routing, backoff};
 use crate::{ClientError, EventPosition, ReceivedEvent};
 
@@ -148,6 +153,7 @@ impl Reader {
                 let request = request.clone();
                 async move {
                     let inner = ConsumerStub::new(channel)
+                        .max_decoding_message_size(RECEIVE_REPLY_BYTES_MAX)
                         .receive(request)
                         .await
                         .map_err(|status| ClientError::from_status(status, &endpoint))?

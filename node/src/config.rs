@@ -421,7 +421,9 @@ impl ServeArgs {
         if config.raft.snapshot_entries == 0 {
             bail!("--raft-snapshot-entries must be at least 1");
         }
-        if config.publish_bytes_max < 1024 || config.publish_bytes_max > 64 * 1024 * 1024 {
+        if config.publish_bytes_max < 1024
+            || config.publish_bytes_max > tributary_types::limits::PUBLISH_BYTES_MAX_LIMIT
+        {
             bail!("--publish-bytes-max must be between 1024 and 67108864");
         }
         if config.partitions_per_hub_max == 0 {

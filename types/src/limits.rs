@@ -22,6 +22,14 @@ pub const RECEIVE_BATCH_EVENTS_MAX: u32 = 1000;
 /// Events per receive call when the client does not say: the SDKs' default prefetch.
 pub const RECEIVE_BATCH_EVENTS_DEFAULT: u32 = 300;
 
+/// Body bytes one receive reply carries at most: a reply ends with the event that reaches
+/// it (so one event always fits), however many events the reader asked for. Without it,
+/// 300 events of 64 KiB made a 19 MB reply, over gRPC's usual 4 MiB message limit.
+pub const RECEIVE_BATCH_BYTES_MAX: usize = 1024 * 1024;
+
+/// Largest publication a node may be configured to accept (`--publish-bytes-max`).
+pub const PUBLISH_BYTES_MAX_LIMIT: usize = 64 * 1024 * 1024;
+
 /// Shortest retention a hub may have.
 pub const RETENTION_MIN: Duration = Duration::from_secs(60 * 60);
 

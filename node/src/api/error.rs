@@ -116,10 +116,11 @@ impl From<PartitionError> for ApiError {
                 Duration::from_secs(1),
             ),
             // The replica stopped under the request: it moved to another node, or this node
-            // is shutting down. Another node serves it.
+            // is shutting down. Another node serves it. A send cut off this way may still be
+            // committed by the other replicas, as after a lost connection.
             PartitionError::Closed => ApiError::new(
                 ErrorReason::Unavailable,
-                "the partition's replica on this node closed (it moved to another node, or the node is shutting down); retry",
+                "the partition's replica on this node closed (it moved to another node, or the node is shutting down); a send in flight may or may not have been stored; retry",
             ),
             PartitionError::Position(p @ PositionError::Storage(_)) => {
                 ApiError::internal(p.to_string())

@@ -40,7 +40,10 @@ pub struct Part {
 pub enum Failure {
     /// The replica is not the leader; the member id of the one it knows, if any.
     ForwardToLeader(Option<u64>),
-    /// The partition is shutting down or failed.
+    /// The replica stopped (it moved to another node, or the node is shutting down) before
+    /// the entry was applied here: it may still be committed by the other replicas.
+    Stopped,
+    /// The partition failed.
     Other(String),
 }
 
@@ -170,9 +173,7 @@ async fn propose(
                 Err(Failure::ForwardToLeader(forward.leader_id))
             }
             Ok(Err(other)) => Err(Failure::Other(other.to_string())),
-            Err(_) => Err(Failure::Other(
-                "the partition stopped before the entry was applied".into(),
-            )),
+            Err(_) => Err(Failure::Stopped),
         };
         split(result, batch);
     });

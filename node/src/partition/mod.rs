@@ -17,6 +17,7 @@ use tributary_raft::{
     GroupHost, ProducerStamp, Proposal, ProposalResult, Raft, decode_entry, member_node,
 };
 use tributary_storage::Shard;
+use tributary_types::limits::RECEIVE_BATCH_BYTES_MAX;
 use tributary_types::{Clock, GroupId, MonotonicStamp, NodeId};
 
 use codec::EventRecord;
@@ -383,6 +384,7 @@ impl Partition {
             appender::Failure::ForwardToLeader(leader) => PartitionError::NotLeader {
                 leader: leader.map(member_node),
             },
+            appender::Failure::Stopped => PartitionError::Closed,
             appender::Failure::Other(message) => PartitionError::Storage(message),
         })?;
         if let ProposalResult::Appended(_) = &result {
@@ -473,14 +475,19 @@ impl Partition {
         Ok(position::resolve(position, &progress, self)?)
     }
 
-    /// Committed events from sequence `from`, at most `max_events`, never past the commit
-    /// point the caller saw.
+    /// Committed events from sequence `from`, at most `max_events`, ending with the one whose
+    /// body brings their bodies' size to [`RECEIVE_BATCH_BYTES_MAX`] (so at least one),
+    /// never past the commit point the caller saw.
     pub fn read(&self, from: i64, max_events: usize) -> Result<Vec<ReadEvent>, PartitionError> {
         self.read_calls.fetch_add(1, Ordering::Relaxed);
         let progress = self.progress();
         let mut out = Vec::new();
+        let mut bytes = 0;
         let mut sequence = from.max(progress.begin_sequence);
-        while sequence < progress.next_sequence && out.len() < max_events {
+        while sequence < progress.next_sequence
+            && out.len() < max_events
+            && bytes < RECEIVE_BATCH_BYTES_MAX
+        {
             let Some(row) = self
                 .shard
                 .index_for_sequence(self.group, sequence)
@@ -494,9 +501,10 @@ impl Partition {
                 if event_sequence < sequence {
                     continue;
                 }
-                if out.len() >= max_events {
+                if out.len() >= max_events || bytes >= RECEIVE_BATCH_BYTES_MAX {
                     break;
                 }
+                bytes += record.body.len();
                 out.push(ReadEvent {
                     sequence: event_sequence,
                     offset: row.first_offset + position as i64,

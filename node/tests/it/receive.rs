@@ -43,3 +43,48 @@ async fn caught_up_reader_is_woken_by_the_next_commit_without_polling() {
     assert_eq!(body(&batch[0]), "after");
     assert_eq!(batch[0].sequence_number, 1);
 }
+
+/// Replies are bounded in bytes, not only in events: 84 events of 64 KiB (5.25 MiB, more
+/// than gRPC's usual 4 MiB message limit in one reply) arrive in replies of about 1 MiB.
+#[tokio::test]
+async fn large_events_arrive_in_replies_bounded_in_bytes() {
+    use tributary_client::{EventData, SendTarget};
+    let node = TestNode::start().await;
+    node.client
+        .create_event_hub("large", 1, None)
+        .await
+        .unwrap();
+    let event_bytes = 64 * 1024;
+    for send in 0..7u8 {
+        let events = (0..12u8).map(|i| EventData::from_body(vec![send * 12 + i; event_bytes]));
+        node.client
+            .producer()
+            .send("large", SendTarget::PartitionId("0".into()), events)
+            .await
+            .unwrap();
+    }
+    let mut stream = node
+        .client
+        .consumer()
+        .receive("large", "", "0", EventPosition::Earliest, 0)
+        .await
+        .unwrap();
+    let mut received = 0usize;
+    while received < 84 {
+        let batch = tokio::time::timeout(Duration::from_secs(30), stream.next())
+            .await
+            .expect("events arrive")
+            .expect("stream open")
+            .unwrap();
+        let bytes: usize = batch.iter().map(|e| e.body.len()).sum();
+        assert!(
+            bytes <= tributary_types::limits::RECEIVE_BATCH_BYTES_MAX + event_bytes,
+            "a reply of {bytes} bytes"
+        );
+        for event in &batch {
+            assert_eq!(event.sequence_number, received as i64);
+            assert_eq!(event.body[0], received as u8);
+            received += 1;
+        }
+    }
+}
