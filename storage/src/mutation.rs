@@ -28,6 +28,9 @@ pub enum MetaKey {
     /// (an 8-byte big-endian integer): the node drops the replica only on a view at least
     /// as new.
     AssignedAt = 7,
+    /// The partition state at the latest snapshot's point (sent with the snapshot, so a
+    /// replica rebuilt from it needs none of the entries before the retained ones).
+    SnapshotState = 8,
 }
 
 /// One row of a partition's sparse index: one row per Raft entry (a batch of events), never
@@ -72,6 +75,11 @@ pub enum Mutation {
     TruncateIndexFrom {
         group: GroupId,
         from_sequence: i64,
+    },
+    /// Removes every index row with first sequence < `before` (retention).
+    TruncateIndexBefore {
+        group: GroupId,
+        before_sequence: i64,
     },
     /// Removes everything stored for the group.
     DeleteGroup {

@@ -423,6 +423,26 @@ impl Shard {
         }
     }
 
+    /// The group's index rows of entries up to log index `through`, in sequence order.
+    pub fn index_rows(&self, group: GroupId, through: u64) -> Result<Vec<IndexRow>, StorageError> {
+        let g = group.to_u64();
+        let txn = self.db.begin_read().map_err(StorageError::io)?;
+        let table = txn.open_table(SEQ_INDEX).map_err(StorageError::io)?;
+        let mut rows = Vec::new();
+        for row in table
+            .range((g, i64::MIN)..=(g, i64::MAX))
+            .map_err(StorageError::io)?
+        {
+            let (k, v) = row.map_err(StorageError::io)?;
+            let row = index_row(k.value().1, v.value());
+            if row.log_index > through {
+                break;
+            }
+            rows.push(row);
+        }
+        Ok(rows)
+    }
+
     /// The first index row of the group (the oldest retained entry).
     pub fn first_index(&self, group: GroupId) -> Result<Option<IndexRow>, StorageError> {
         let g = group.to_u64();
@@ -981,15 +1001,25 @@ fn apply_mutation(
                 .insert((g, row.enqueued_time_ms, row.first_sequence), ())
                 .map_err(StorageError::io)?;
         }
-        Mutation::TruncateIndexFrom {
-            group,
-            from_sequence,
-        } => {
+        Mutation::TruncateIndexFrom { group, .. } | Mutation::TruncateIndexBefore { group, .. } => {
             let g = group.to_u64();
+            let range = match mutation {
+                Mutation::TruncateIndexFrom { from_sequence, .. } => (
+                    Bound::Included((g, *from_sequence)),
+                    Bound::Included((g, i64::MAX)),
+                ),
+                Mutation::TruncateIndexBefore {
+                    before_sequence, ..
+                } => (
+                    Bound::Included((g, i64::MIN)),
+                    Bound::Excluded((g, *before_sequence)),
+                ),
+                _ => unreachable!("matched above"),
+            };
             let seq = tables.seq()?;
             let mut removed = Vec::new();
             for row in seq
-                .extract_from_if((g, *from_sequence)..=(g, i64::MAX), |_, _| true)
+                .extract_from_if(range, |_, _| true)
                 .map_err(StorageError::io)?
             {
                 let (k, v) = row.map_err(StorageError::io)?;
@@ -1147,7 +1177,8 @@ mod tests {
         }
         // Replayed once: the recovered shard checkpointed, and opening it again (after
         // another crash) finds the same.
-        let again = open(&crash_copy(&crashed));
+        let crashed_again = crash_copy(&crashed);
+        let again = open(&crashed_again);
         assert_eq!(indexes(&again, 1), vec![1, 5, 9, 13, 17]);
     }
 
@@ -1228,7 +1259,8 @@ mod tests {
         );
         assert_eq!(indexes(&shard, 1), vec![31, 33, 35, 37, 39]);
         assert!(indexes(&shard, 0).is_empty());
-        let recovered = open(&crash_copy(&dir));
+        let crashed = crash_copy(&dir);
+        let recovered = open(&crashed);
         assert_eq!(indexes(&recovered, 1), vec![31, 33, 35, 37, 39]);
 
         // A segment holding kept entries that goes missing is reported, not read as empty.
@@ -1262,7 +1294,8 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(indexes(&shard, 0), vec![1, 2, 3]);
-        let recovered = open(&crash_copy(&dir));
+        let crashed = crash_copy(&dir);
+        let recovered = open(&crashed);
         assert_eq!(indexes(&recovered, 0), vec![1, 2, 3]);
         assert_eq!(indexes(&recovered, 1), vec![1]);
     }
@@ -1538,5 +1571,52 @@ mod tests {
             0
         );
         assert_eq!(shard.sequence_for_time(g, 100, false).unwrap(), None);
+    }
+
+    /// Retention removes the index rows of whole old entries: lookups then start at the
+    /// first kept one.
+    #[tokio::test]
+    async fn index_rows_before_a_sequence_are_removed_with_their_offset_and_time_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = open(&dir);
+        let g = group(0);
+        let rows = [(0, 1, 0, 100, 3), (3, 2, 300, 200, 2), (5, 4, 500, 300, 1)];
+        let mutations = rows
+            .iter()
+            .map(
+                |&(first_sequence, log_index, first_offset, t, n)| Mutation::PutIndex {
+                    group: g,
+                    row: IndexRow {
+                        first_sequence,
+                        log_index,
+                        first_offset,
+                        enqueued_time_ms: t,
+                        event_count: n,
+                    },
+                },
+            )
+            .collect();
+        shard.write(mutations, Durability::Immediate).await.unwrap();
+        shard
+            .write(
+                vec![Mutation::TruncateIndexBefore {
+                    group: g,
+                    before_sequence: 3,
+                }],
+                Durability::Immediate,
+            )
+            .await
+            .unwrap();
+        assert_eq!(shard.first_index(g).unwrap().unwrap().first_sequence, 3);
+        assert_eq!(shard.index_for_sequence(g, 1).unwrap(), None);
+        assert_eq!(shard.sequence_for_offset(g, 100).unwrap(), None);
+        assert_eq!(shard.sequence_for_time(g, 0, true).unwrap(), Some(3));
+        let kept: Vec<i64> = shard
+            .index_rows(g, 3)
+            .unwrap()
+            .iter()
+            .map(|r| r.first_sequence)
+            .collect();
+        assert_eq!(kept, vec![3], "rows of entries through log index 3");
     }
 }

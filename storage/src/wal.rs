@@ -20,12 +20,12 @@
 //! completed). A segment no log row points into any more, and older than the replay
 //! position, is deleted at a checkpoint.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::{Buf, BufMut, Bytes};
 use tributary_types::GroupId;
@@ -60,29 +60,49 @@ pub(crate) struct Replayed {
     pub(crate) locations: Vec<Location>,
 }
 
-/// The open segment files, shared by the writer (which adds and deletes them) and readers.
+/// Segment files readers keep open at most (the newest are the ones read most); a shard of
+/// many segments would otherwise run into the process's limit on open files.
+pub(crate) const OPEN_SEGMENTS_MAX: usize = 64;
+
+/// The segments of a log, shared by the writer (which adds and deletes them) and readers,
+/// with read handles to the recently read ones.
 #[derive(Debug)]
 pub(crate) struct Segments {
     dir: PathBuf,
-    files: RwLock<BTreeMap<u64, Arc<File>>>,
+    ids: RwLock<BTreeSet<u64>>,
+    open: Mutex<BTreeMap<u64, Arc<File>>>,
 }
 
 impl Segments {
+    /// A read handle to segment `id`, opened if none is.
+    fn file(&self, id: u64) -> Result<Arc<File>, StorageError> {
+        if let Some(file) = self.open.lock().expect("segments lock").get(&id) {
+            return Ok(file.clone());
+        }
+        if !self.ids.read().expect("segments lock").contains(&id) {
+            return Err(StorageError::Io(format!(
+                "segment {id} of {} is gone (its entries were purged)",
+                self.dir.display()
+            )));
+        }
+        let file = Arc::new(File::open(self.path(id)).map_err(|e| {
+            StorageError::Io(format!(
+                "cannot open segment {id} of {}: {e}",
+                self.dir.display()
+            ))
+        })?);
+        let mut open = self.open.lock().expect("segments lock");
+        while open.len() >= OPEN_SEGMENTS_MAX {
+            // The oldest first: readers mostly follow the newest.
+            open.pop_first();
+        }
+        open.insert(id, file.clone());
+        Ok(file)
+    }
+
     /// Reads one entry's bytes.
     pub(crate) fn read(&self, location: Location) -> Result<Bytes, StorageError> {
-        let file = self
-            .files
-            .read()
-            .expect("segments lock")
-            .get(&location.segment)
-            .cloned()
-            .ok_or_else(|| {
-                StorageError::Io(format!(
-                    "segment {} of {} is gone (its entries were purged)",
-                    location.segment,
-                    self.dir.display()
-                ))
-            })?;
+        let file = self.file(location.segment)?;
         let mut bytes = vec![0; location.len as usize];
         file.read_exact_at(&mut bytes, location.offset)
             .map_err(|e| {
@@ -97,12 +117,18 @@ impl Segments {
 
     /// Ids of the segments on disk, in order.
     pub(crate) fn ids(&self) -> Vec<u64> {
-        self.files
+        self.ids
             .read()
             .expect("segments lock")
-            .keys()
+            .iter()
             .copied()
             .collect()
+    }
+
+    /// Forgets a segment about to be deleted.
+    fn remove(&self, id: u64) {
+        self.ids.write().expect("segments lock").remove(&id);
+        self.open.lock().expect("segments lock").remove(&id);
     }
 
     fn path(&self, id: u64) -> PathBuf {
@@ -155,7 +181,7 @@ impl Wal {
             }
         }
         ids.sort_unstable();
-        let mut files = BTreeMap::new();
+        let mut kept = BTreeSet::new();
         let mut replay = Vec::new();
         let mut torn = false;
         for id in ids {
@@ -196,17 +222,18 @@ impl Wal {
                         .map_err(|e| io("cannot cut a torn segment of", e))?;
                 }
             }
-            files.insert(id, Arc::new(file));
+            kept.insert(id);
         }
         // Never reuse the replay position's segment id, even if its file is gone.
-        let next = files
-            .keys()
+        let next = kept
+            .iter()
             .next_back()
             .map_or(1, |id| id + 1)
             .max(from.segment + 1);
         let segments = Arc::new(Segments {
             dir: dir.to_path_buf(),
-            files: RwLock::new(files),
+            ids: RwLock::new(kept),
+            open: Mutex::new(BTreeMap::new()),
         });
         let (active, active_len) = create_segment(&segments, next)?;
         let wal = Wal {
@@ -297,11 +324,7 @@ impl Wal {
     /// the replay position).
     pub(crate) fn delete(&self, id: u64) -> Result<(), StorageError> {
         assert!(id < self.active_id, "the active segment is never deleted");
-        self.segments
-            .files
-            .write()
-            .expect("segments lock")
-            .remove(&id);
+        self.segments.remove(id);
         match std::fs::remove_file(self.segments.path(id)) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -362,11 +385,7 @@ fn create_segment(segments: &Segments, id: u64) -> Result<(Arc<File>, u64), Stor
         .and_then(|dir| dir.sync_all())
         .map_err(|e| io("fsync the directory of", e))?;
     let file = Arc::new(file);
-    segments
-        .files
-        .write()
-        .expect("segments lock")
-        .insert(id, file.clone());
+    segments.ids.write().expect("segments lock").insert(id);
     Ok((file, HEADER_BYTES))
 }
 
@@ -493,6 +512,14 @@ fn encode(mutation: &Mutation, out: &mut Vec<u8>) -> Option<(u64, u32)> {
             out.put_u64_le(group.to_u64());
             out.put_i64_le(*from_sequence);
         }
+        Mutation::TruncateIndexBefore {
+            group,
+            before_sequence,
+        } => {
+            out.put_u8(10);
+            out.put_u64_le(group.to_u64());
+            out.put_i64_le(*before_sequence);
+        }
         Mutation::DeleteGroup { group } => {
             out.put_u8(7);
             out.put_u64_le(group.to_u64());
@@ -519,6 +546,7 @@ fn meta_key(byte: u8) -> Option<MetaKey> {
         5 => MetaKey::Snapshot,
         6 => MetaKey::Member,
         7 => MetaKey::AssignedAt,
+        8 => MetaKey::SnapshotState,
         _ => return None,
     })
 }
@@ -611,6 +639,10 @@ fn decode_batch(payload: &[u8]) -> Option<Decoded> {
                 from_sequence: r.i64()?,
             },
             7 => Mutation::DeleteGroup { group: r.group()? },
+            10 => Mutation::TruncateIndexBefore {
+                group: r.group()?,
+                before_sequence: r.i64()?,
+            },
             8 => Mutation::PutCatalog {
                 key: r.string()?,
                 value: r.bytes()?,
@@ -662,7 +694,7 @@ pub(crate) mod tests {
                 .prop_map(|(group, from)| Mutation::TruncateLogFrom { group, from }),
             (group.clone(), any::<u64>())
                 .prop_map(|(group, through)| Mutation::PurgeLogThrough { group, through }),
-            (group.clone(), 1u8..=7, bytes.clone()).prop_map(|(group, key, value)| {
+            (group.clone(), 1u8..=8, bytes.clone()).prop_map(|(group, key, value)| {
                 Mutation::PutMeta {
                     group,
                     key: meta_key(key).unwrap(),
@@ -685,6 +717,12 @@ pub(crate) mod tests {
                 Mutation::TruncateIndexFrom {
                     group,
                     from_sequence,
+                }
+            }),
+            (group.clone(), any::<i64>()).prop_map(|(group, before_sequence)| {
+                Mutation::TruncateIndexBefore {
+                    group,
+                    before_sequence,
                 }
             }),
             group.prop_map(|group| Mutation::DeleteGroup { group }),
@@ -812,6 +850,31 @@ pub(crate) mod tests {
         drop(wal);
         let (_, replay) = Wal::open(&log, start, 1 << 20).unwrap();
         assert_eq!(replay.len(), 2);
+    }
+
+    /// Readers keep a bounded number of segments open, and still read from every one.
+    #[test]
+    fn entries_of_more_segments_than_may_be_open_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log");
+        let (mut wal, _) = Wal::open(&log, Position::default(), 64).unwrap();
+        let put = |index: u64| Mutation::PutLog {
+            group: GroupId::from_u64(1),
+            index,
+            entry: Bytes::from(index.to_le_bytes().repeat(5)),
+        };
+        let count = OPEN_SEGMENTS_MAX as u64 * 2;
+        let locations: Vec<Location> = (0..count)
+            .map(|i| wal.append([put(i)].iter()).unwrap()[0])
+            .collect();
+        assert!(wal.segments().ids().len() as u64 > OPEN_SEGMENTS_MAX as u64);
+        for round in 0..2 {
+            for (i, location) in locations.iter().enumerate() {
+                let bytes = wal.segments().read(*location).unwrap();
+                assert_eq!(bytes, (i as u64).to_le_bytes().repeat(5), "round {round}");
+            }
+        }
+        assert!(wal.segments().open.lock().unwrap().len() <= OPEN_SEGMENTS_MAX);
     }
 
     #[test]

@@ -85,14 +85,15 @@ impl Progress {
     }
 }
 
-/// Snapshot payload: the retained log through the snapshot point and the state before its
-/// first entry. The receiver stores the entries and replays them, so it computes exactly
-/// the numbering, index and producer state the sender had at that point.
+/// Snapshot payload: the partition's state at the snapshot point, and its retained log
+/// through that point with the entries' index rows. The receiver stores them as they are,
+/// so it has exactly the numbering, index and producer state the sender had at that point,
+/// however many of the earliest entries retention has removed.
 #[derive(Debug, Serialize, Deserialize)]
 struct SnapshotPayload {
-    /// Progress and producers before the first retained entry (empty while no entry has
-    /// been removed by retention).
-    base: AppliedState,
+    state: AppliedState,
+    /// Index rows: (first sequence, log index, first offset, enqueued ms, event count).
+    index: Vec<(i64, u64, i64, i64, u32)>,
     log: Vec<(u64, bytes::Bytes)>,
 }
 
@@ -311,6 +312,17 @@ impl RaftStateMachine<TypeConfig> for PartitionStateMachine {
     ) -> Result<(), io::Error> {
         let payload: SnapshotPayload = postcard::from_bytes(snapshot.get_ref()).map_err(invalid)?;
         let last_index = meta.last_log_id.map_or(0, |id| id.index);
+        let beyond = payload
+            .log
+            .iter()
+            .map(|(index, _)| *index)
+            .chain(payload.index.iter().map(|row| row.1))
+            .find(|index| *index > last_index);
+        if let Some(index) = beyond {
+            return Err(invalid(format!(
+                "snapshot through index {last_index} carries entry {index}"
+            )));
+        }
         let mut mutations = vec![
             Mutation::TruncateIndexFrom {
                 group: self.group,
@@ -321,28 +333,27 @@ impl RaftStateMachine<TypeConfig> for PartitionStateMachine {
                 through: last_index,
             },
         ];
-        let mut state = payload.base;
-        for (index, bytes) in payload.log {
-            if index > last_index {
-                return Err(invalid(format!(
-                    "snapshot through index {last_index} carries entry {index}"
-                )));
-            }
-            if let EntryPayload::Normal(Proposal::Append(batch)) = decode_entry(&bytes)?.payload {
-                let (_, row) = state.apply_append(index, &batch)?;
-                if let Some(row) = row {
-                    mutations.push(Mutation::PutIndex {
-                        group: self.group,
-                        row,
-                    });
-                }
-            }
-            mutations.push(Mutation::PutLog {
-                group: self.group,
-                index,
-                entry: bytes,
-            });
-        }
+        mutations.extend(payload.index.iter().map(|row| Mutation::PutIndex {
+            group: self.group,
+            row: IndexRow {
+                first_sequence: row.0,
+                log_index: row.1,
+                first_offset: row.2,
+                enqueued_time_ms: row.3,
+                event_count: row.4,
+            },
+        }));
+        mutations.extend(
+            payload
+                .log
+                .into_iter()
+                .map(|(index, entry)| Mutation::PutLog {
+                    group: self.group,
+                    index,
+                    entry,
+                }),
+        );
+        let mut state = payload.state;
         state.last_applied = meta.last_log_id;
         state.membership = meta.last_membership.clone();
         mutations.push(Mutation::PutMeta {
@@ -354,6 +365,11 @@ impl RaftStateMachine<TypeConfig> for PartitionStateMachine {
             group: self.group,
             key: MetaKey::Snapshot,
             value: encode(meta)?,
+        });
+        mutations.push(Mutation::PutMeta {
+            group: self.group,
+            key: MetaKey::SnapshotState,
+            value: encode(&state)?,
         });
         self.shard.write(mutations, Durability::Immediate).await?;
         self.state = state;
@@ -397,11 +413,37 @@ fn snapshot_payload(group: GroupId, shard: &Shard, meta: &SnapshotMetaT) -> io::
     // membership entries, which the snapshot's meta covers).
     let first_log = shard.first_index(group)?.map_or(0, |row| row.log_index);
     let log = shard.log_entries(group, first_log, last_index + 1)?;
-    postcard::to_allocvec(&SnapshotPayload {
-        base: AppliedState::default(),
-        log,
-    })
-    .map_err(invalid)
+    let index = shard
+        .index_rows(group, last_index)?
+        .into_iter()
+        .map(|r| {
+            (
+                r.first_sequence,
+                r.log_index,
+                r.first_offset,
+                r.enqueued_time_ms,
+                r.event_count,
+            )
+        })
+        .collect();
+    let state = match shard.meta(group, MetaKey::SnapshotState)? {
+        Some(bytes) => postcard::from_bytes(&bytes).map_err(invalid)?,
+        // Recorded by an earlier version, which kept no state with its snapshots and never
+        // removed entries: the state at the point is the whole log's, replayed.
+        None => replayed_state(&log)?,
+    };
+    postcard::to_allocvec(&SnapshotPayload { state, index, log }).map_err(invalid)
+}
+
+/// The state after applying `log`, from the empty state.
+fn replayed_state(log: &[(u64, bytes::Bytes)]) -> io::Result<AppliedState> {
+    let mut state = AppliedState::default();
+    for (index, bytes) in log {
+        if let EntryPayload::Normal(Proposal::Append(batch)) = decode_entry(bytes)?.payload {
+            state.apply_append(*index, &batch)?;
+        }
+    }
+    Ok(state)
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -412,15 +454,22 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             last_log_id: self.state.last_applied,
             last_membership: self.state.membership.clone(),
         };
-        // Cheap: only the snapshot point is recorded. The log up to it is the data, and the
-        // payload is read from it when a replica needs it.
+        // Cheap: only the snapshot point and the state there are recorded. The log up to it
+        // is the data, and the payload is read from it when a replica needs it.
         self.shard
             .write(
-                vec![Mutation::PutMeta {
-                    group: self.group,
-                    key: MetaKey::Snapshot,
-                    value: encode(&meta)?,
-                }],
+                vec![
+                    Mutation::PutMeta {
+                        group: self.group,
+                        key: MetaKey::Snapshot,
+                        value: encode(&meta)?,
+                    },
+                    Mutation::PutMeta {
+                        group: self.group,
+                        key: MetaKey::SnapshotState,
+                        value: encode(&self.state)?,
+                    },
+                ],
                 Durability::Immediate,
             )
             .await?;
@@ -629,6 +678,80 @@ mod tests {
                 source.index_for_sequence(group, sequence).unwrap()
             );
         }
+    }
+
+    /// A snapshot carries the state at its point: a replica rebuilt from it numbers events
+    /// exactly as the sender, even when the sender no longer has its earliest entries (as
+    /// after retention), and it holds only what the sender kept.
+    #[tokio::test]
+    async fn a_snapshot_needs_none_of_the_entries_retention_removed() {
+        use tributary_raft::openraft_api::testing::{RaftEntry, log_id, membership_ent};
+        let group = GroupId::new(HubId(5), PartitionId(0), 0);
+        let dir = tempfile::tempdir().unwrap();
+        let source = Shard::open(&dir.path().join("a.redb"), ShardConfig::default()).unwrap();
+        let target = Shard::open(&dir.path().join("b.redb"), ShardConfig::default()).unwrap();
+        let entries = vec![
+            membership_ent::<TypeConfig>(1, 1, 1, vec![[1u64].into()]),
+            tributary_raft::Entry::new_normal(
+                log_id::<TypeConfig>(1, 1, 2),
+                producer_batch(9, 0, "a"),
+            ),
+            tributary_raft::Entry::new_normal(log_id::<TypeConfig>(1, 1, 3), batch(&["b", "c"], 5)),
+        ];
+        let rows = entries
+            .iter()
+            .map(|e| Mutation::PutLog {
+                group,
+                index: e.log_id.index,
+                entry: tributary_raft::encode_entry(e).unwrap(),
+            })
+            .collect();
+        source.write(rows, Durability::Immediate).await.unwrap();
+        let (mut sm, _) = PartitionStateMachine::open(group, source.clone()).unwrap();
+        sm.apply(futures::stream::iter(
+            entries.into_iter().map(|e| Ok((e, None))),
+        ))
+        .await
+        .unwrap();
+        sm.visible().wait_for(|index| *index >= 3).await.unwrap();
+        sm.get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        // The first event entry (sequence 0) goes, as retention removes it.
+        source
+            .write(
+                vec![
+                    Mutation::PurgeLogThrough { group, through: 2 },
+                    Mutation::TruncateIndexBefore {
+                        group,
+                        before_sequence: 1,
+                    },
+                ],
+                Durability::Immediate,
+            )
+            .await
+            .unwrap();
+
+        let snapshot = sm.get_current_snapshot().await.unwrap().unwrap();
+        let (mut replica, _) = PartitionStateMachine::open(group, target.clone()).unwrap();
+        replica
+            .install_snapshot(&snapshot.meta, snapshot.snapshot)
+            .await
+            .unwrap();
+        assert_eq!(replica.state.progress, sm.state.progress);
+        assert_eq!(replica.state.progress.next_sequence, 3);
+        assert_eq!(replica.state.producers, sm.state.producers);
+        assert_eq!(
+            target.log_entries(group, 0, 10).unwrap(),
+            source.log_entries(group, 0, 10).unwrap()
+        );
+        assert_eq!(target.index_for_sequence(group, 0).unwrap(), None);
+        assert_eq!(
+            target.index_for_sequence(group, 2).unwrap(),
+            source.index_for_sequence(group, 2).unwrap()
+        );
     }
 
     /// openraft's own conformance suite for log storage and state machines.
