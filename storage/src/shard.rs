@@ -1516,12 +1516,8 @@ mod tests {
         assert_eq!(shard.groups().unwrap(), vec![group(0), group(2)]);
     }
 
-    #[tokio::test]
-    async fn index_lookups_find_the_entry_holding_a_position() {
-        let dir = tempfile::tempdir().unwrap();
-        let shard = open(&dir);
-        let g = group(0);
-        let rows = [(0, 1, 0, 100, 3), (3, 2, 300, 200, 2), (5, 4, 500, 200, 1)];
+    /// Writes index rows given as (first sequence, log index, first offset, time, count).
+    async fn put_index_rows(shard: &Shard, g: GroupId, rows: &[(i64, u64, i64, i64, u32)]) {
         let mutations = rows
             .iter()
             .map(
@@ -1538,6 +1534,19 @@ mod tests {
             )
             .collect();
         shard.write(mutations, Durability::Immediate).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn index_lookups_find_the_entry_holding_a_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = open(&dir);
+        let g = group(0);
+        put_index_rows(
+            &shard,
+            g,
+            &[(0, 1, 0, 100, 3), (3, 2, 300, 200, 2), (5, 4, 500, 200, 1)],
+        )
+        .await;
         assert_eq!(
             shard.index_for_sequence(g, 4).unwrap().unwrap().log_index,
             2
@@ -1580,23 +1589,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let shard = open(&dir);
         let g = group(0);
-        let rows = [(0, 1, 0, 100, 3), (3, 2, 300, 200, 2), (5, 4, 500, 300, 1)];
-        let mutations = rows
-            .iter()
-            .map(
-                |&(first_sequence, log_index, first_offset, t, n)| Mutation::PutIndex {
-                    group: g,
-                    row: IndexRow {
-                        first_sequence,
-                        log_index,
-                        first_offset,
-                        enqueued_time_ms: t,
-                        event_count: n,
-                    },
-                },
-            )
-            .collect();
-        shard.write(mutations, Durability::Immediate).await.unwrap();
+        put_index_rows(
+            &shard,
+            g,
+            &[(0, 1, 0, 100, 3), (3, 2, 300, 200, 2), (5, 4, 500, 300, 1)],
+        )
+        .await;
         shard
             .write(
                 vec![Mutation::TruncateIndexBefore {

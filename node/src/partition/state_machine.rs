@@ -507,6 +507,25 @@ mod tests {
         }
     }
 
+    /// Stores `entries` as `group`'s log rows in `shard`, as the log store would.
+    async fn store_entries(shard: &Shard, group: GroupId, entries: &[tributary_raft::Entry]) {
+        let rows = entries
+            .iter()
+            .map(|e| Mutation::PutLog {
+                group,
+                index: e.log_id.index,
+                entry: tributary_raft::encode_entry(e).unwrap(),
+            })
+            .collect();
+        shard.write(rows, Durability::Immediate).await.unwrap();
+    }
+
+    fn stream(
+        entries: Vec<tributary_raft::Entry>,
+    ) -> impl Stream<Item = io::Result<EntryResponder<TypeConfig>>> + Unpin + Send {
+        futures::stream::iter(entries.into_iter().map(|e| Ok((e, None))))
+    }
+
     fn batch(bodies: &[&str], time_ms: i64) -> Proposal {
         let records: Vec<_> = bodies
             .iter()
@@ -542,21 +561,9 @@ mod tests {
                 batch(&["c", "d", "e"], 5),
             ),
         ];
-        let rows = entries
-            .iter()
-            .map(|e| Mutation::PutLog {
-                group,
-                index: e.log_id.index,
-                entry: tributary_raft::encode_entry(e).unwrap(),
-            })
-            .collect();
-        source.write(rows, Durability::Immediate).await.unwrap();
+        store_entries(&source, group, &entries).await;
         let (mut sm, _) = PartitionStateMachine::open(group, source.clone()).unwrap();
-        sm.apply(futures::stream::iter(
-            entries.into_iter().map(|e| Ok((e, None))),
-        ))
-        .await
-        .unwrap();
+        sm.apply(stream(entries)).await.unwrap();
         let progress = sm.state.progress;
         assert_eq!(progress.next_sequence, 5);
         assert_eq!(progress.last_time_ms, 10, "times never decrease");
@@ -627,23 +634,7 @@ mod tests {
             entry(5, producer_batch(7, 2, "c")), // a retry: stored once
             entry(6, batch(&["d"], 2)),
         ];
-        let store = |shard: Shard, entries: Vec<tributary_raft::Entry>| async move {
-            let rows = entries
-                .iter()
-                .map(|e| Mutation::PutLog {
-                    group,
-                    index: e.log_id.index,
-                    entry: tributary_raft::encode_entry(e).unwrap(),
-                })
-                .collect();
-            shard.write(rows, Durability::Immediate).await.unwrap();
-        };
-        fn stream(
-            entries: Vec<tributary_raft::Entry>,
-        ) -> impl Stream<Item = io::Result<EntryResponder<TypeConfig>>> + Unpin + Send {
-            futures::stream::iter(entries.into_iter().map(|e| Ok((e, None))))
-        }
-        store(source.clone(), early.clone()).await;
+        store_entries(&source, group, &early).await;
         let (mut sm, _) = PartitionStateMachine::open(group, source.clone()).unwrap();
         sm.apply(stream(early)).await.unwrap();
         sm.get_snapshot_builder()
@@ -651,7 +642,7 @@ mod tests {
             .build_snapshot()
             .await
             .unwrap();
-        store(source.clone(), late.clone()).await;
+        store_entries(&source, group, &late).await;
         sm.apply(stream(late.clone())).await.unwrap();
 
         // Sent only now, after the later entries were applied.
@@ -662,7 +653,7 @@ mod tests {
             .install_snapshot(&snapshot.meta, snapshot.snapshot)
             .await
             .unwrap();
-        store(target.clone(), late.clone()).await;
+        store_entries(&target, group, &late).await;
         replica.apply(stream(late)).await.unwrap();
         // Applied entries' index rows are readable a moment later.
         for visible in [sm.visible(), replica.visible()] {
@@ -698,21 +689,9 @@ mod tests {
             ),
             tributary_raft::Entry::new_normal(log_id::<TypeConfig>(1, 1, 3), batch(&["b", "c"], 5)),
         ];
-        let rows = entries
-            .iter()
-            .map(|e| Mutation::PutLog {
-                group,
-                index: e.log_id.index,
-                entry: tributary_raft::encode_entry(e).unwrap(),
-            })
-            .collect();
-        source.write(rows, Durability::Immediate).await.unwrap();
+        store_entries(&source, group, &entries).await;
         let (mut sm, _) = PartitionStateMachine::open(group, source.clone()).unwrap();
-        sm.apply(futures::stream::iter(
-            entries.into_iter().map(|e| Ok((e, None))),
-        ))
-        .await
-        .unwrap();
+        sm.apply(stream(entries)).await.unwrap();
         sm.visible().wait_for(|index| *index >= 3).await.unwrap();
         sm.get_snapshot_builder()
             .await

@@ -77,6 +77,32 @@ pub fn add_hosts(sim: &mut turmoil::Sim<'_>, dir: &Path, registry: &Registry) {
     }
 }
 
+/// Adds the three hosts to `sim`, each with a shard under `dir` opened now, running
+/// `run(node, shard, members, shared)` (members: every node's id and peer address).
+pub fn add_each_host<S, F, Fut>(sim: &mut turmoil::Sim<'_>, dir: &Path, shared: &S, run: F)
+where
+    S: Clone + 'static,
+    F: Fn(u64, Shard, BTreeMap<u64, String>, S) -> Fut + Clone + 'static,
+    Fut: std::future::Future<Output = turmoil::Result> + 'static,
+{
+    let members: BTreeMap<u64, String> = HOSTS
+        .iter()
+        .enumerate()
+        .map(|(i, host)| (node_of(i), net::peer_addr(host)))
+        .collect();
+    for (i, host) in HOSTS.iter().enumerate() {
+        let node = node_of(i);
+        let shard = Shard::open(&dir.join(format!("{host}.redb")), ShardConfig::default())
+            .expect("open shard");
+        let shared = shared.clone();
+        let members = members.clone();
+        let run = run.clone();
+        sim.host(*host, move || {
+            run(node, shard.clone(), members.clone(), shared.clone())
+        });
+    }
+}
+
 async fn run_host(
     node: u64,
     shard: Shard,

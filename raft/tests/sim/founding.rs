@@ -4,16 +4,15 @@
 //! others still start the group.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
 use tributary_raft::{GroupHost, PeerRouter, PeerService, member_node};
-use tributary_storage::{Shard, ShardConfig};
+use tributary_storage::Shard;
 use tributary_types::{GroupId, HubId, NodeId, PartitionId};
 
-use crate::cluster::{HOSTS, node_of};
+use crate::cluster::add_each_host;
 use crate::net::{self, SimConnector};
 use crate::state_machine::MemStateMachine;
 
@@ -50,7 +49,7 @@ fn a_new_groups_preferred_founder_leads_it_and_the_others_start_it_without_it() 
             .rng_seed(seed)
             .build();
         let rafts = Leaders::default();
-        add_hosts(&mut sim, dir.path(), &rafts);
+        add_each_host(&mut sim, dir.path(), &rafts, run_host);
         let leader_of = |rafts: &Leaders, index: u16| -> Option<u64> {
             // The leader every replica of the group agrees on.
             let rafts = rafts.lock().expect("rafts lock");
@@ -89,24 +88,6 @@ fn a_new_groups_preferred_founder_leads_it_and_the_others_start_it_without_it() 
             "seed {seed}: the group whose preferred founder is down elected {}",
             elected[&ORPHAN]
         );
-    }
-}
-
-fn add_hosts(sim: &mut turmoil::Sim<'_>, dir: &Path, rafts: &Leaders) {
-    let members: BTreeMap<u64, String> = HOSTS
-        .iter()
-        .enumerate()
-        .map(|(i, host)| (node_of(i), net::peer_addr(host)))
-        .collect();
-    for (i, host) in HOSTS.iter().enumerate() {
-        let node = node_of(i);
-        let shard = Shard::open(&dir.join(format!("{host}.redb")), ShardConfig::default())
-            .expect("open shard");
-        let rafts = rafts.clone();
-        let members = members.clone();
-        sim.host(*host, move || {
-            run_host(node, shard.clone(), members.clone(), rafts.clone())
-        });
     }
 }
 

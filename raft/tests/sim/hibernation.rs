@@ -4,7 +4,6 @@
 //! writes.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,10 +14,10 @@ use tributary_raft::quiet::{ASLEEP_AFTER, BEAT_TIMEOUT};
 use tributary_raft::{
     AppendBatch, GroupHost, Hibernation, PeerRouter, PeerService, Proposal, Raft, member_node,
 };
-use tributary_storage::{Shard, ShardConfig};
+use tributary_storage::Shard;
 use tributary_types::{GroupId, HubId, NodeId, PartitionId};
 
-use crate::cluster::{HOSTS, host_of, node_of};
+use crate::cluster::{HOSTS, add_each_host, host_of};
 use crate::net::{self, SimConnector};
 use crate::state_machine::MemStateMachine;
 
@@ -219,7 +218,7 @@ fn sleeping_groups_are_silent_wake_on_writes_and_fail_over_when_their_leader_is_
             .rng_seed(seed)
             .build();
         let shared = Arc::new(Shared::default());
-        add_hosts(&mut sim, dir.path(), &shared);
+        add_each_host(&mut sim, dir.path(), &shared, run_host);
         sim.client("scenario", scenario(shared.clone()));
         loop {
             if let Some(node) = shared.victim.lock().expect("victim lock").take() {
@@ -240,24 +239,6 @@ fn sleeping_groups_are_silent_wake_on_writes_and_fail_over_when_their_leader_is_
                 Err(err) => panic!("seed {seed}, {fault:?}: {err}"),
             }
         }
-    }
-}
-
-fn add_hosts(sim: &mut turmoil::Sim<'_>, dir: &Path, shared: &Arc<Shared>) {
-    let members: BTreeMap<u64, String> = HOSTS
-        .iter()
-        .enumerate()
-        .map(|(i, host)| (node_of(i), net::peer_addr(host)))
-        .collect();
-    for (i, host) in HOSTS.iter().enumerate() {
-        let node = node_of(i);
-        let shard = Shard::open(&dir.join(format!("{host}.redb")), ShardConfig::default())
-            .expect("open shard");
-        let shared = shared.clone();
-        let members = members.clone();
-        sim.host(*host, move || {
-            run_host(node, shard.clone(), members.clone(), shared.clone())
-        });
     }
 }
 
