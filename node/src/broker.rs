@@ -382,6 +382,7 @@ impl Broker {
                     .collect();
                 if let Ok(Some(to)) = tributary_raft::transfer_leadership(
                     partition.raft(),
+                    partition.hibernation(),
                     partition.member(),
                     &others,
                 )
@@ -392,8 +393,13 @@ impl Broker {
                     continue;
                 }
             }
-            match tributary_raft::reconcile_voters(partition.raft(), partition.member(), &desired)
-                .await
+            match tributary_raft::reconcile_voters(
+                partition.raft(),
+                partition.hibernation(),
+                partition.member(),
+                &desired,
+            )
+            .await
             {
                 Ok(tributary_raft::VoterChange::Nothing) => {
                     if self.move_leadership(state, hub, &partition, replicas).await {
@@ -443,8 +449,13 @@ impl Broker {
         if members.is_empty() {
             return false;
         }
-        match tributary_raft::transfer_leadership(partition.raft(), partition.member(), &members)
-            .await
+        match tributary_raft::transfer_leadership(
+            partition.raft(),
+            partition.hibernation(),
+            partition.member(),
+            &members,
+        )
+        .await
         {
             Ok(Some(to)) => {
                 tracing::info!(group = %partition.group, to = %tributary_raft::describe_member(to), "handing partition leadership over");

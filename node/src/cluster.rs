@@ -225,7 +225,11 @@ impl ClusterRuntime {
                 .collect();
             let mut again = false;
             if let Some(desired) = desired {
-                match tributary_raft::reconcile_voters(&raft, me, &desired).await {
+                let hibernation = self
+                    .host
+                    .hibernation(GroupId::CONTROLLER)
+                    .unwrap_or_default();
+                match tributary_raft::reconcile_voters(&raft, &hibernation, me, &desired).await {
                     Ok(tributary_raft::VoterChange::Nothing) => {}
                     Ok(change) => {
                         tracing::info!(?change, "controller voters changing");

@@ -8,6 +8,7 @@ use openraft::BasicNode;
 use openraft::storage::RaftStateMachine;
 use openraft::type_config::async_runtime::WatchReceiver;
 
+use crate::quiet::Hibernation;
 use crate::types::{Raft, SnapshotData, TypeConfig};
 
 /// How far (in log entries) a learner may trail the leader and still be promoted; under
@@ -29,9 +30,11 @@ pub enum VoterChange {
 }
 
 /// One pass towards `desired` voters (member id → peer address). Runs only on the leader;
-/// call it again until it returns [`VoterChange::Nothing`].
+/// call it again until it returns [`VoterChange::Nothing`]. A sleeping group is woken before
+/// a change (a leader that slept refuses changes until it has confirmed its leadership).
 pub async fn reconcile_voters<SM>(
     raft: &Raft<SM>,
+    hibernation: &Hibernation,
     me: u64,
     desired: &BTreeMap<u64, String>,
 ) -> Result<VoterChange, String>
@@ -67,6 +70,7 @@ where
         if stray.is_empty() {
             return Ok(VoterChange::Nothing);
         }
+        hibernation.wake_for_write(raft).await;
         raft.change_membership(openraft::ChangeMembers::RemoveNodes(stray.clone()), false)
             .await
             .map_err(|e| format!("removing learners {stray:?}: {e}"))?;
@@ -78,6 +82,7 @@ where
             continue;
         }
         if !learners.contains(&member) {
+            hibernation.wake_for_write(raft).await;
             raft.add_learner(member, BasicNode::new(addr.clone()), false)
                 .await
                 .map_err(|e| format!("adding learner {member}: {e}"))?;
@@ -96,6 +101,7 @@ where
     if !waiting.is_empty() {
         return Ok(VoterChange::CatchingUp(waiting));
     }
+    hibernation.wake_for_write(raft).await;
     raft.change_membership(wanted.clone(), false)
         .await
         .map_err(|e| format!("replacing voters: {e}"))?;
@@ -111,6 +117,7 @@ where
 /// ready yet (call again later).
 pub async fn transfer_leadership<SM>(
     raft: &Raft<SM>,
+    hibernation: &Hibernation,
     me: u64,
     candidates: &[u64],
 ) -> Result<Option<u64>, String>
@@ -135,6 +142,7 @@ where
     let Some(target) = target else {
         return Ok(None);
     };
+    hibernation.wake_for_write(raft).await;
     raft.trigger()
         .transfer_leader(target)
         .await

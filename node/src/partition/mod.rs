@@ -14,7 +14,8 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, watch};
 use tributary_raft::openraft_api::{LinearizableReadError, RaftError, ReadPolicy};
 use tributary_raft::{
-    GroupHost, ProducerStamp, Proposal, ProposalResult, Raft, decode_entry, member_node,
+    GroupHost, Hibernation, ProducerStamp, Proposal, ProposalResult, Raft, decode_entry,
+    member_node,
 };
 use tributary_storage::Shard;
 use tributary_types::limits::RECEIVE_BATCH_BYTES_MAX;
@@ -74,6 +75,8 @@ pub struct Partition {
     /// This replica's Raft member id (node and data incarnation).
     member: u64,
     raft: Raft<GroupStateMachine>,
+    /// Whether the group's timers are stopped; woken before a write or membership change.
+    hibernation: Hibernation,
     progress: watch::Receiver<Progress>,
     /// The log index through which applied entries are readable.
     visible: watch::Receiver<u64>,
@@ -152,13 +155,18 @@ impl Partition {
         let floor = progress.borrow().last_time_ms;
         let stamp = Arc::new(Mutex::new(MonotonicStamp::new(floor)));
         let hibernation = host.hibernation(group).unwrap_or_default();
-        let appender =
-            appender::Appender::start(raft.clone(), hibernation, stamp.clone(), clock.clone());
+        let appender = appender::Appender::start(
+            raft.clone(),
+            hibernation.clone(),
+            stamp.clone(),
+            clock.clone(),
+        );
         Ok(Partition {
             group,
             node_id,
             member,
             raft,
+            hibernation,
             progress,
             visible,
             shard,
@@ -193,6 +201,11 @@ impl Partition {
     /// The Raft handle, for membership changes.
     pub fn raft(&self) -> &Raft<GroupStateMachine> {
         &self.raft
+    }
+
+    /// The group's sleep switch: membership changes wake it first.
+    pub fn hibernation(&self) -> &Hibernation {
+        &self.hibernation
     }
 
     /// Makes sure this replica leads and has applied every entry committed before its

@@ -12,12 +12,18 @@ use bytes::Bytes;
 use openraft::async_runtime::WatchReceiver;
 use tributary_raft::quiet::{ASLEEP_AFTER, BEAT_TIMEOUT};
 use tributary_raft::{
-    AppendBatch, GroupHost, Hibernation, PeerRouter, PeerService, Proposal, Raft, member_node,
+    AppendBatch, GroupHost, Hibernation, PeerRouter, PeerService, Proposal, Raft, VoterChange,
+    member_node, reconcile_voters,
 };
 use tributary_storage::Shard;
 use tributary_types::{GroupId, HubId, NodeId, PartitionId};
 
-use crate::cluster::{HOSTS, add_each_host, host_of};
+use crate::cluster::{HOSTS, add_each_host, host_of, node_of};
+
+/// The member id of a node's replicas here (every node is incarnation 0).
+fn member_node_id(node: u64) -> u64 {
+    node
+}
 use crate::net::{self, SimConnector};
 use crate::state_machine::MemStateMachine;
 
@@ -162,6 +168,43 @@ async fn scenario(shared: Arc<Shared>) -> turmoil::Result {
     wait_until(
         "every replica asleep after a write",
         ASLEEP_AFTER + Duration::from_secs(2),
+        async || shared.asleep(None) == replicas,
+    )
+    .await;
+
+    // A membership change on a sleeping group goes through (a leader that slept refuses
+    // changes until it has confirmed its leadership): its voters shrink to two nodes and
+    // grow back to three, and it falls asleep again.
+    let (leader_node, raft, hibernation) = shared.leader(group(1), None).expect("a leader");
+    let me = member_node_id(leader_node);
+    let all: BTreeMap<u64, String> = HOSTS
+        .iter()
+        .enumerate()
+        .map(|(i, host)| (member_node_id(node_of(i)), net::peer_addr(host)))
+        .collect();
+    let two: BTreeMap<u64, String> = all
+        .iter()
+        .filter(|(member, _)| **member == me || all.keys().find(|m| **m != me) == Some(*member))
+        .map(|(m, a)| (*m, a.clone()))
+        .collect();
+    for (desired, what) in [(&two, "shrink to two voters"), (&all, "grow back to three")] {
+        wait_until(what, Duration::from_secs(5), async || {
+            let change = reconcile_voters(&raft, &hibernation, me, desired).await;
+            matches!(change, Ok(VoterChange::Nothing))
+                && raft
+                    .metrics()
+                    .borrow_watched()
+                    .membership_config
+                    .membership()
+                    .voter_ids()
+                    .count()
+                    == desired.len()
+        })
+        .await;
+    }
+    wait_until(
+        "every replica asleep after the membership changes",
+        ASLEEP_AFTER + Duration::from_secs(3),
         async || shared.asleep(None) == replicas,
     )
     .await;
