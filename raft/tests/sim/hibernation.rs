@@ -13,17 +13,13 @@ use openraft::async_runtime::WatchReceiver;
 use tributary_raft::quiet::{ASLEEP_AFTER, BEAT_TIMEOUT};
 use tributary_raft::{
     AppendBatch, GroupHost, Hibernation, PeerRouter, PeerService, Proposal, Raft, VoterChange,
-    member_node, reconcile_voters,
+    member_id, member_node, reconcile_voters,
 };
 use tributary_storage::Shard;
 use tributary_types::{GroupId, HubId, NodeId, PartitionId};
 
 use crate::cluster::{HOSTS, add_each_host, host_of, node_of};
 
-/// The member id of a node's replicas here (every node is incarnation 0).
-fn member_node_id(node: u64) -> u64 {
-    node
-}
 use crate::net::{self, SimConnector};
 use crate::state_machine::MemStateMachine;
 
@@ -176,11 +172,11 @@ async fn scenario(shared: Arc<Shared>) -> turmoil::Result {
     // changes until it has confirmed its leadership): its voters shrink to two nodes and
     // grow back to three, and it falls asleep again.
     let (leader_node, raft, hibernation) = shared.leader(group(1), None).expect("a leader");
-    let me = member_node_id(leader_node);
+    let me = member_id(leader_node, 0);
     let all: BTreeMap<u64, String> = HOSTS
         .iter()
         .enumerate()
-        .map(|(i, host)| (member_node_id(node_of(i)), net::peer_addr(host)))
+        .map(|(i, host)| (member_id(node_of(i), 0), net::peer_addr(host)))
         .collect();
     let two: BTreeMap<u64, String> = all
         .iter()
