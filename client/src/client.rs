@@ -148,30 +148,47 @@ impl Client {
         replication_factor: Option<u32>,
         throughput_units: u32,
     ) -> Result<proto::EventHubProperties, ClientError> {
+        let options = HubOptions {
+            retention,
+            replication_factor,
+            throughput_units,
+            ..HubOptions::default()
+        };
+        self.create_event_hub_with_options(name, partition_count, &options)
+            .await
+    }
+
+    /// Creates an event hub with every setting of `options`.
+    pub async fn create_event_hub_with_options(
+        &self,
+        name: &str,
+        partition_count: u32,
+        options: &HubOptions,
+    ) -> Result<proto::EventHubProperties, ClientError> {
         require_name("event hub name", name)?;
         if partition_count == 0 {
             return Err(ClientError::InvalidArgument(
                 "an event hub needs at least one partition".into(),
             ));
         }
-        let retention_ms = match retention {
-            None => 0,
-            Some(retention) => match u64::try_from(retention.as_millis()) {
-                Ok(ms) if ms > 0 => ms,
-                _ => {
-                    return Err(ClientError::InvalidArgument(format!(
-                        "retention must be at least 1ms, got {}",
-                        humantime::format_duration(retention)
-                    )));
-                }
-            },
-        };
         let request = proto::CreateEventHubRequest {
             name: name.to_owned(),
             partition_count,
-            retention_ms,
-            replication_factor: replication_factor.unwrap_or(0),
-            throughput_units,
+            retention_ms: options
+                .retention
+                .map(|d| positive_ms("retention", d))
+                .transpose()?
+                .unwrap_or(0),
+            replication_factor: options.replication_factor.unwrap_or(0),
+            throughput_units: options.throughput_units,
+            cleanup_policy: options.cleanup_policy.unwrap_or_default() as i32,
+            tombstone_retention_ms: options
+                .tombstone_retention
+                .map(|d| positive_ms("tombstone retention", d))
+                .transpose()?
+                .unwrap_or(0),
+            compaction_lag_ms: options.compaction_lag.map_or(0, |d| d.as_millis() as u64),
+            retention_bytes_max: options.retention_bytes_max.unwrap_or(0),
         };
         let response = self.management().create_event_hub(request).await;
         self.unwrap(response)
@@ -184,10 +201,34 @@ impl Client {
         name: &str,
         throughput_units: u32,
     ) -> Result<proto::EventHubProperties, ClientError> {
+        let changes = HubChanges {
+            throughput_units: Some(throughput_units),
+            ..HubChanges::default()
+        };
+        self.update_event_hub(name, &changes).await
+    }
+
+    /// Changes the settings `changes` names; the others stay. They apply at once.
+    pub async fn update_event_hub(
+        &self,
+        name: &str,
+        changes: &HubChanges,
+    ) -> Result<proto::EventHubProperties, ClientError> {
         require_name("event hub name", name)?;
         let request = proto::UpdateEventHubRequest {
             name: name.to_owned(),
-            throughput_units,
+            throughput_units: changes.throughput_units,
+            retention_ms: changes
+                .retention
+                .map(|d| positive_ms("retention", d))
+                .transpose()?,
+            cleanup_policy: changes.cleanup_policy.map(|p| p as i32),
+            tombstone_retention_ms: changes
+                .tombstone_retention
+                .map(|d| positive_ms("tombstone retention", d))
+                .transpose()?,
+            compaction_lag_ms: changes.compaction_lag.map(|d| d.as_millis() as u64),
+            retention_bytes_max: changes.retention_bytes_max,
         };
         let response = self.management().update_event_hub(request).await;
         self.unwrap(response)
@@ -510,5 +551,47 @@ mod tests {
             )),
             "{error}"
         );
+    }
+}
+
+/// Settings of a new event hub; `None` takes the service default.
+#[derive(Debug, Clone, Default)]
+pub struct HubOptions {
+    /// How long events are kept [24 h].
+    pub retention: Option<Duration>,
+    /// Replicas per partition [3, or fewer on a smaller cluster].
+    pub replication_factor: Option<u32>,
+    /// Reserved throughput units; 0: unthrottled.
+    pub throughput_units: u32,
+    /// What happens to old events [delete].
+    pub cleanup_policy: Option<proto::CleanupPolicy>,
+    /// Compacted hubs: how long a tombstone stays [24 h].
+    pub tombstone_retention: Option<Duration>,
+    /// Compacted hubs: events younger than this are never compacted away [0].
+    pub compaction_lag: Option<Duration>,
+    /// Per partition, the most bytes retained [no cap].
+    pub retention_bytes_max: Option<u64>,
+}
+
+/// Changes to an event hub's settings; `None` leaves a setting as it is.
+#[derive(Debug, Clone, Default)]
+pub struct HubChanges {
+    pub throughput_units: Option<u32>,
+    pub retention: Option<Duration>,
+    pub cleanup_policy: Option<proto::CleanupPolicy>,
+    pub tombstone_retention: Option<Duration>,
+    pub compaction_lag: Option<Duration>,
+    /// 0 removes the cap.
+    pub retention_bytes_max: Option<u64>,
+}
+
+/// A duration in whole milliseconds, at least one.
+fn positive_ms(what: &str, duration: Duration) -> Result<u64, ClientError> {
+    match u64::try_from(duration.as_millis()) {
+        Ok(ms) if ms > 0 => Ok(ms),
+        _ => Err(ClientError::InvalidArgument(format!(
+            "{what} must be at least 1ms, got {}",
+            humantime::format_duration(duration)
+        ))),
     }
 }

@@ -16,7 +16,8 @@ use tributary_types::{
 use crate::api::error::ApiError;
 use crate::cluster::ClusterRuntime;
 use crate::controller::state::{
-    ClusterState, Command, HubRecord, NewHub, NodeRecord, Reply, hub_not_found,
+    ClusterState, Command, HubRecord, HubSettings, HubUpdate, NewHub, NodeRecord, Reply,
+    hub_not_found,
 };
 use crate::group::GroupStateMachine;
 use crate::partition::{Partition, PartitionError};
@@ -30,6 +31,8 @@ const VIEW_WAIT: Duration = Duration::from_secs(10);
 pub struct BrokerLimits {
     pub partitions_per_hub_max: u16,
     pub publish_bytes_max: usize,
+    /// The shortest retention a hub may be given (the operator's floor).
+    pub retention_min: Duration,
 }
 
 /// Where a send goes.
@@ -85,6 +88,11 @@ impl Broker {
     /// so a stale copy is never taken for a new one.
     pub fn is_ready(&self) -> bool {
         self.swept.load(Ordering::Relaxed)
+    }
+
+    /// The node's clock, in ms since the epoch.
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
     }
 
     pub fn runtime(&self) -> &Arc<ClusterRuntime> {
@@ -536,8 +544,10 @@ impl Broker {
         retention: Option<Duration>,
         replication_factor: Option<u8>,
         throughput_units: u32,
+        settings: HubSettings,
     ) -> Result<HubRecord, ApiError> {
         let retention = retention.unwrap_or(tributary_types::limits::RETENTION_DEFAULT);
+        self.check_retention(retention)?;
         // Replicas go to nodes that are up now; a replication factor above their number
         // is refused.
         let down_nodes = crate::status::down_nodes(&self.runtime).await;
@@ -552,6 +562,7 @@ impl Broker {
                 now_ms: self.clock.now_ms(),
                 down_nodes,
                 throughput_units,
+                settings,
             }))
             .await?;
         let Reply::Hub(record) = reply else {
@@ -601,28 +612,37 @@ impl Broker {
         }
     }
 
-    /// Changes a hub's reserved throughput units; applies to sends and reads at once.
-    pub async fn set_throughput_units(
-        &self,
-        name: &str,
-        throughput_units: u32,
-    ) -> Result<HubRecord, ApiError> {
+    /// Refuses a retention outside the operator's floor and the longest one allowed.
+    fn check_retention(&self, retention: Duration) -> Result<(), ApiError> {
+        let min = self.limits.retention_min;
+        let max = tributary_types::limits::RETENTION_MAX;
+        if retention < min || retention > max {
+            return Err(ApiError::invalid(format!(
+                "retention must be between {} and 90d; {} was requested",
+                humantime::format_duration(min),
+                humantime::format_duration(retention)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Changes a hub's settings (throughput units, retention, cleanup); each applies at
+    /// once.
+    pub async fn update_hub(&self, name: &str, update: HubUpdate) -> Result<HubRecord, ApiError> {
+        if let Some(retention_ms) = update.retention_ms {
+            self.check_retention(Duration::from_millis(retention_ms))?;
+        }
         let reply = self
             .runtime
-            .propose(Command::SetThroughputUnits {
+            .propose(Command::UpdateHub {
                 hub: name.to_string(),
-                throughput_units,
+                update,
             })
             .await?;
         let Reply::Hub(record) = reply else {
             return Err(ApiError::internal("update hub returned no hub"));
         };
-        self.await_view(|s| {
-            s.hubs
-                .get(name)
-                .is_some_and(|h| h.throughput_units == throughput_units)
-        })
-        .await;
+        self.await_view(|s| s.hubs.get(name) == Some(&record)).await;
         Ok(record)
     }
 
@@ -885,6 +905,7 @@ mod tests {
             now_ms: 0,
             down_nodes: Vec::new(),
             throughput_units: 0,
+            settings: Default::default(),
         })) else {
             panic!("hub created");
         };

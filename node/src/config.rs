@@ -104,6 +104,19 @@ pub struct ServeArgs {
     /// [default: 10s]
     #[arg(long)]
     pub placement_cooldown: Option<humantime::Duration>,
+    /// Shortest retention an event hub may be given (e.g. 1h; lower it only for tests and
+    /// demonstrations). [env: TRIBUTARY_RETENTION_MIN] [default: 1h]
+    #[arg(long)]
+    pub retention_min: Option<humantime::Duration>,
+    /// How often each replica removes the events its hub no longer retains, and compacts
+    /// compacted hubs. [env: TRIBUTARY_RETENTION_INTERVAL] [default: 30s]
+    #[arg(long)]
+    pub retention_interval: Option<humantime::Duration>,
+    /// Size a storage log segment file grows to before the next one starts; space returns
+    /// to the operating system a whole segment at a time, once none of its entries is kept.
+    /// [env: TRIBUTARY_SEGMENT_BYTES] [default: 67108864]
+    #[arg(long)]
+    pub segment_bytes: Option<u64>,
     /// Log as JSON lines instead of human-readable text. [env: TRIBUTARY_LOG_JSON]
     #[arg(long)]
     pub log_json: bool,
@@ -136,8 +149,30 @@ struct FileConfig {
     placement_moves_per_node: Option<u32>,
     placement_moves_max: Option<u32>,
     placement_cooldown: Option<String>,
+    retention_min: Option<String>,
+    retention_interval: Option<String>,
+    segment_bytes: Option<u64>,
     log_json: Option<bool>,
 }
+
+/// How retention runs (`--retention-min`, `--retention-interval`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionSettings {
+    pub min: Duration,
+    pub interval: Duration,
+}
+
+impl Default for RetentionSettings {
+    fn default() -> Self {
+        Self {
+            min: tributary_types::limits::RETENTION_MIN,
+            interval: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Default size of a storage log segment.
+pub const SEGMENT_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
 
 /// How the placement controller works (`--node-dead-timeout`, `--placement-*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,6 +235,8 @@ pub struct NodeConfig {
     pub partitions_per_hub_max: u16,
     pub raft: tributary_raft::RaftSettings,
     pub placement: PlacementSettings,
+    pub retention: RetentionSettings,
+    pub segment_bytes: u64,
     pub log_json: bool,
 }
 
@@ -223,6 +260,8 @@ impl NodeConfig {
             partitions_per_hub_max: PARTITIONS_PER_HUB_MAX_DEFAULT,
             raft: tributary_raft::RaftSettings::default(),
             placement: PlacementSettings::default(),
+            retention: RetentionSettings::default(),
+            segment_bytes: SEGMENT_BYTES_DEFAULT,
             log_json: false,
         }
     }
@@ -298,8 +337,31 @@ impl ServeArgs {
             )?
             .unwrap_or(defaults.cooldown),
         };
+        let retention_defaults = RetentionSettings::default();
+        let retention = RetentionSettings {
+            min: duration(
+                self.retention_min,
+                "TRIBUTARY_RETENTION_MIN",
+                file.retention_min.as_ref(),
+                "retention_min",
+            )?
+            .unwrap_or(retention_defaults.min),
+            interval: duration(
+                self.retention_interval,
+                "TRIBUTARY_RETENTION_INTERVAL",
+                file.retention_interval.as_ref(),
+                "retention_interval",
+            )?
+            .unwrap_or(retention_defaults.interval),
+        };
         let config = NodeConfig {
             placement,
+            retention,
+            segment_bytes: self
+                .segment_bytes
+                .or(env("TRIBUTARY_SEGMENT_BYTES")?)
+                .or(file.segment_bytes)
+                .unwrap_or(SEGMENT_BYTES_DEFAULT),
             peer_addr: self
                 .peer_addr
                 .or(env("TRIBUTARY_PEER_ADDR")?)
@@ -429,6 +491,19 @@ impl ServeArgs {
         if config.partitions_per_hub_max == 0 {
             bail!("--partitions-per-hub-max must be at least 1");
         }
+        if config.retention.min < Duration::from_secs(1)
+            || config.retention.min > tributary_types::limits::RETENTION_MIN
+        {
+            bail!("--retention-min must be between 1s and 1h");
+        }
+        if config.retention.interval < Duration::from_millis(100)
+            || config.retention.interval > Duration::from_secs(3600)
+        {
+            bail!("--retention-interval must be between 100ms and 1h");
+        }
+        if !(64 * 1024..=1024 * 1024 * 1024).contains(&config.segment_bytes) {
+            bail!("--segment-bytes must be between 65536 and 1073741824");
+        }
         Ok(config)
     }
 }
@@ -508,6 +583,51 @@ mod tests {
             format!("{err:#}").contains("node_dead_timeout = \"soon\""),
             "{err:#}"
         );
+    }
+
+    #[test]
+    fn retention_and_segment_settings_parse_and_are_bounded() {
+        let config = ServeArgs::default().resolve().unwrap();
+        assert_eq!(config.retention, RetentionSettings::default());
+        assert_eq!(config.retention.min, Duration::from_secs(3600));
+        assert_eq!(config.segment_bytes, SEGMENT_BYTES_DEFAULT);
+        let config = ServeArgs {
+            retention_min: Some("1s".parse().unwrap()),
+            retention_interval: Some("200ms".parse().unwrap()),
+            segment_bytes: Some(1 << 20),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(config.retention.min, Duration::from_secs(1));
+        assert_eq!(config.retention.interval, Duration::from_millis(200));
+        assert_eq!(config.segment_bytes, 1 << 20);
+        for (args, message) in [
+            (
+                ServeArgs {
+                    retention_min: Some("2h".parse().unwrap()),
+                    ..Default::default()
+                },
+                "--retention-min must be between 1s and 1h",
+            ),
+            (
+                ServeArgs {
+                    retention_interval: Some("10ms".parse().unwrap()),
+                    ..Default::default()
+                },
+                "--retention-interval must be between 100ms and 1h",
+            ),
+            (
+                ServeArgs {
+                    segment_bytes: Some(100),
+                    ..Default::default()
+                },
+                "--segment-bytes must be between",
+            ),
+        ] {
+            let err = args.resolve().unwrap_err().to_string();
+            assert!(err.contains(message), "{err}");
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod identity;
 pub mod partition;
 pub mod placement;
 pub mod readers;
+pub mod retention;
 pub mod status;
 
 use std::net::SocketAddr;
@@ -103,8 +104,14 @@ impl Node {
         for i in 0..config.storage_shards {
             let path = config.data_dir.join(format!("shard-{i}.redb"));
             shards.push(
-                Shard::open(&path, ShardConfig::default())
-                    .with_context(|| format!("cannot open storage shard {}", path.display()))?,
+                Shard::open(
+                    &path,
+                    ShardConfig {
+                        segment_bytes_max: config.segment_bytes,
+                        ..ShardConfig::default()
+                    },
+                )
+                .with_context(|| format!("cannot open storage shard {}", path.display()))?,
             );
         }
         let client_listener = TcpListener::bind(config.client_addr)
@@ -154,6 +161,7 @@ impl Node {
             BrokerLimits {
                 partitions_per_hub_max: config.partitions_per_hub_max,
                 publish_bytes_max: config.publish_bytes_max,
+                retention_min: config.retention.min,
             },
         );
         let store: Arc<dyn checkpoints::CheckpointStore> = Arc::new(
@@ -191,6 +199,7 @@ impl Node {
         tokio::spawn(broker.clone().run_reconciler());
         tokio::spawn(broker.clone().run_membership_reconciler());
         tokio::spawn(placement.clone().run());
+        tokio::spawn(retention::run(broker.clone(), config.retention.interval));
 
         let request_bytes_max = config.publish_bytes_max * 2 + REQUEST_OVERHEAD_BYTES;
         let server = tonic::transport::Server::builder()

@@ -454,6 +454,7 @@ mod tests {
                 now_ms: 0,
                 down_nodes: Vec::new(),
                 throughput_units: 0,
+                settings: Default::default(),
             }))
             .unwrap()
         else {

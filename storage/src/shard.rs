@@ -460,6 +460,57 @@ impl Shard {
         }
     }
 
+    /// The first index row of an entry after log index `log_index` (scans the rows before
+    /// it: retention asks for the first row it keeps, having just passed the ones it
+    /// removes).
+    pub fn first_index_after(
+        &self,
+        group: GroupId,
+        log_index: u64,
+    ) -> Result<Option<IndexRow>, StorageError> {
+        let g = group.to_u64();
+        let txn = self.db.begin_read().map_err(StorageError::io)?;
+        let table = txn.open_table(SEQ_INDEX).map_err(StorageError::io)?;
+        for row in table
+            .range((g, i64::MIN)..=(g, i64::MAX))
+            .map_err(StorageError::io)?
+        {
+            let (k, v) = row.map_err(StorageError::io)?;
+            let row = index_row(k.value().1, v.value());
+            if row.log_index > log_index {
+                return Ok(Some(row));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Stored size in bytes of each of the group's log rows, in index order.
+    pub fn log_sizes(&self, group: GroupId) -> Result<Vec<(u64, u64)>, StorageError> {
+        let g = group.to_u64();
+        let txn = self.db.begin_read().map_err(StorageError::io)?;
+        let mut sizes = Vec::new();
+        if self.segments.is_some() {
+            let located = txn.open_table(LOG_LOCATION).map_err(StorageError::io)?;
+            for row in located
+                .range((g, 0)..=(g, u64::MAX))
+                .map_err(StorageError::io)?
+            {
+                let (k, v) = row.map_err(StorageError::io)?;
+                sizes.push((k.value().1, u64::from(v.value().2)));
+            }
+        }
+        let whole = txn.open_table(RAFT_LOG).map_err(StorageError::io)?;
+        for row in whole
+            .range((g, 0)..=(g, u64::MAX))
+            .map_err(StorageError::io)?
+        {
+            let (k, v) = row.map_err(StorageError::io)?;
+            sizes.push((k.value().1, v.value().len() as u64));
+        }
+        sizes.sort_unstable();
+        Ok(sizes)
+    }
+
     /// First sequence of the entry holding `offset`: the last entry starting at or before it.
     pub fn sequence_for_offset(
         &self,

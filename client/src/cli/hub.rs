@@ -7,7 +7,51 @@ use serde_json::json;
 
 use super::OutputFormat;
 use super::output::{Table, duration_text, render_fields, time_json, time_text};
-use crate::{Client, EventHubProperties, PartitionProperties};
+use crate::{
+    CleanupPolicy, Client, EventHubProperties, HubChanges, HubOptions, PartitionProperties,
+};
+
+/// `--cleanup-policy` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CleanupPolicyArg {
+    /// Events are removed once older than the retention.
+    Delete,
+    /// Only each partition key's latest event is kept (no time-based retention).
+    Compact,
+    /// Both: compaction, and removal once older than the retention.
+    DeleteOrCompact,
+}
+
+impl From<CleanupPolicyArg> for CleanupPolicy {
+    fn from(arg: CleanupPolicyArg) -> Self {
+        match arg {
+            CleanupPolicyArg::Delete => CleanupPolicy::Delete,
+            CleanupPolicyArg::Compact => CleanupPolicy::Compact,
+            CleanupPolicyArg::DeleteOrCompact => CleanupPolicy::DeleteOrCompact,
+        }
+    }
+}
+
+/// Retention and cleanup flags shared by `hub create` and `hub update`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CleanupArgs {
+    /// What happens to old events: delete (after the retention), compact (keep each
+    /// partition key's latest event) or delete-or-compact (both) [create default: delete].
+    #[arg(long, value_enum)]
+    pub(crate) cleanup_policy: Option<CleanupPolicyArg>,
+    /// Compacted hubs: how long a key's tombstone (latest event with an empty body) stays,
+    /// e.g. 1d [create default: 24h].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub(crate) tombstone_retention: Option<Duration>,
+    /// Compacted hubs: events younger than this are never compacted away, e.g. 10m
+    /// [create default: 0s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub(crate) compaction_lag: Option<Duration>,
+    /// Per partition, the oldest events go while the retained ones take more than this
+    /// many bytes; 0 removes the cap [create default: no cap].
+    #[arg(long)]
+    pub(crate) retention_bytes_max: Option<u64>,
+}
 
 /// Partition property requests in flight at once for `hub show`.
 const PARTITION_REQUESTS_IN_FLIGHT_MAX: usize = 16;
@@ -33,14 +77,21 @@ pub enum HubCommand {
         /// [default: 0, unthrottled].
         #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=40))]
         throughput_units: u32,
+        #[command(flatten)]
+        cleanup: CleanupArgs,
     },
-    /// Change an event hub's settings; they apply at once.
+    /// Change an event hub's settings; the ones given apply at once, the others stay.
     Update {
         /// Name of the event hub.
         name: String,
         /// Throughput units to reserve (0: unthrottled).
         #[arg(long, value_parser = clap::value_parser!(u32).range(0..=40))]
-        throughput_units: u32,
+        throughput_units: Option<u32>,
+        /// How long events are kept, e.g. 24h, 7d.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        retention: Option<Duration>,
+        #[command(flatten)]
+        cleanup: CleanupArgs,
     },
     /// List the event hubs of the cluster.
     List,
@@ -68,15 +119,19 @@ pub(crate) async fn run(
             retention,
             replication_factor,
             throughput_units,
+            cleanup,
         } => {
+            let options = HubOptions {
+                retention,
+                replication_factor,
+                throughput_units,
+                cleanup_policy: cleanup.cleanup_policy.map(Into::into),
+                tombstone_retention: cleanup.tombstone_retention,
+                compaction_lag: cleanup.compaction_lag,
+                retention_bytes_max: cleanup.retention_bytes_max,
+            };
             let hub = client
-                .create_event_hub_with(
-                    &name,
-                    partitions,
-                    retention,
-                    replication_factor,
-                    throughput_units,
-                )
+                .create_event_hub_with_options(&name, partitions, &options)
                 .await?;
             match output {
                 OutputFormat::Json => println!("{}", hub_json(&hub)),
@@ -89,8 +144,29 @@ pub(crate) async fn run(
         HubCommand::Update {
             name,
             throughput_units,
+            retention,
+            cleanup,
         } => {
-            let hub = client.set_throughput_units(&name, throughput_units).await?;
+            let changes = HubChanges {
+                throughput_units,
+                retention,
+                cleanup_policy: cleanup.cleanup_policy.map(Into::into),
+                tombstone_retention: cleanup.tombstone_retention,
+                compaction_lag: cleanup.compaction_lag,
+                retention_bytes_max: cleanup.retention_bytes_max,
+            };
+            if changes.throughput_units.is_none()
+                && changes.retention.is_none()
+                && changes.cleanup_policy.is_none()
+                && changes.tombstone_retention.is_none()
+                && changes.compaction_lag.is_none()
+                && changes.retention_bytes_max.is_none()
+            {
+                anyhow::bail!(
+                    "nothing to change: give at least one of --throughput-units, --retention, --cleanup-policy, --tombstone-retention, --compaction-lag, --retention-bytes-max"
+                );
+            }
+            let hub = client.update_event_hub(&name, &changes).await?;
             match output {
                 OutputFormat::Json => println!("{}", hub_json(&hub)),
                 OutputFormat::Table => {
@@ -165,8 +241,32 @@ fn hub_fields(hub: &EventHubProperties) -> Vec<(&'static str, String)> {
                 tu => tu.to_string(),
             },
         ),
+        (
+            "cleanup policy",
+            cleanup_policy_text(hub.cleanup_policy()).to_string(),
+        ),
+        (
+            "tombstone retention",
+            duration_text(hub.tombstone_retention_ms),
+        ),
+        ("compaction lag", duration_text(hub.compaction_lag_ms)),
+        (
+            "retained bytes max",
+            match hub.retention_bytes_max {
+                0 => "no cap".to_string(),
+                bytes => format!("{bytes} per partition"),
+            },
+        ),
         ("created", time_text(hub.created_at_ms)),
     ]
+}
+
+fn cleanup_policy_text(policy: CleanupPolicy) -> &'static str {
+    match policy {
+        CleanupPolicy::Unspecified | CleanupPolicy::Delete => "delete",
+        CleanupPolicy::Compact => "compact",
+        CleanupPolicy::DeleteOrCompact => "delete-or-compact",
+    }
 }
 
 fn hub_json(hub: &EventHubProperties) -> serde_json::Value {
@@ -176,6 +276,10 @@ fn hub_json(hub: &EventHubProperties) -> serde_json::Value {
         "retention_ms": hub.retention_ms,
         "replication_factor": hub.replication_factor,
         "throughput_units": hub.throughput_units,
+        "cleanup_policy": cleanup_policy_text(hub.cleanup_policy()),
+        "tombstone_retention_ms": hub.tombstone_retention_ms,
+        "compaction_lag_ms": hub.compaction_lag_ms,
+        "retention_bytes_max": hub.retention_bytes_max,
         "created_at": time_json(hub.created_at_ms),
         "partition_ids": hub.partition_ids,
     })

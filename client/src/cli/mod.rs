@@ -136,6 +136,7 @@ mod tests {
             retention,
             replication_factor,
             throughput_units,
+            ..
         }) = cli.command
         else {
             panic!("expected hub create");
@@ -144,6 +145,38 @@ mod tests {
         assert_eq!(retention, Some(std::time::Duration::from_secs(86_400)));
         assert_eq!(replication_factor, Some(3));
         assert_eq!(throughput_units, 2);
+        let cli = parse(&[
+            "hub",
+            "update",
+            "orders",
+            "--retention",
+            "2h",
+            "--cleanup-policy",
+            "delete-or-compact",
+            "--compaction-lag",
+            "10m",
+        ])
+        .unwrap();
+        let CliCommand::Hub(HubCommand::Update {
+            throughput_units,
+            retention,
+            cleanup,
+            ..
+        }) = cli.command
+        else {
+            panic!("expected hub update");
+        };
+        assert_eq!(throughput_units, None, "not given: unchanged");
+        assert_eq!(retention, Some(std::time::Duration::from_secs(7200)));
+        assert_eq!(
+            cleanup.cleanup_policy,
+            Some(hub::CleanupPolicyArg::DeleteOrCompact)
+        );
+        assert_eq!(
+            cleanup.compaction_lag,
+            Some(std::time::Duration::from_secs(600))
+        );
+        assert_eq!(cleanup.tombstone_retention, None);
         let cli = parse(&["node", "drain", "3"]).unwrap();
         assert!(matches!(
             cli.command,

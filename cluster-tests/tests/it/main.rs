@@ -18,6 +18,7 @@ mod processor;
 mod receive_failover;
 mod rejoin;
 mod replication;
+mod retention;
 mod script;
 mod signals;
 mod throughput;

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use tributary_proto::v1 as pb;
 
 use crate::api::error::ApiError;
-use crate::controller::state::HubRecord;
+use crate::controller::state::{CleanupPolicy, HubRecord, HubSettings, HubUpdate};
 use crate::partition::ReadEvent;
 use crate::partition::codec::{EventRecord, Property};
 use crate::partition::position::Position;
@@ -20,7 +20,57 @@ pub fn hub_properties(record: &HubRecord) -> pb::EventHubProperties {
         partition_ids: (0..record.partition_count).map(|p| p.to_string()).collect(),
         replication_factor: u32::from(record.replication_factor),
         throughput_units: record.throughput_units,
+        cleanup_policy: cleanup_policy_to_proto(record.settings.cleanup_policy) as i32,
+        tombstone_retention_ms: record.settings.tombstone_retention_ms,
+        compaction_lag_ms: record.settings.compaction_lag_ms,
+        retention_bytes_max: record.settings.retention_bytes_max,
     }
+}
+
+fn cleanup_policy_to_proto(policy: CleanupPolicy) -> pb::CleanupPolicy {
+    match policy {
+        CleanupPolicy::Delete => pb::CleanupPolicy::Delete,
+        CleanupPolicy::Compact => pb::CleanupPolicy::Compact,
+        CleanupPolicy::DeleteOrCompact => pb::CleanupPolicy::DeleteOrCompact,
+    }
+}
+
+/// A cleanup policy from a request; unspecified means `Delete`.
+fn cleanup_policy(value: i32) -> Result<CleanupPolicy, ApiError> {
+    match pb::CleanupPolicy::try_from(value) {
+        Ok(pb::CleanupPolicy::Unspecified | pb::CleanupPolicy::Delete) => Ok(CleanupPolicy::Delete),
+        Ok(pb::CleanupPolicy::Compact) => Ok(CleanupPolicy::Compact),
+        Ok(pb::CleanupPolicy::DeleteOrCompact) => Ok(CleanupPolicy::DeleteOrCompact),
+        Err(_) => Err(ApiError::invalid(format!(
+            "unknown cleanup policy {value}; use DELETE, COMPACT or DELETE_OR_COMPACT"
+        ))),
+    }
+}
+
+/// The settings a create request asks for (defaults where it leaves them 0).
+pub fn hub_settings(req: &pb::CreateEventHubRequest) -> Result<HubSettings, ApiError> {
+    let defaults = HubSettings::default();
+    Ok(HubSettings {
+        cleanup_policy: cleanup_policy(req.cleanup_policy)?,
+        tombstone_retention_ms: match req.tombstone_retention_ms {
+            0 => defaults.tombstone_retention_ms,
+            ms => ms,
+        },
+        compaction_lag_ms: req.compaction_lag_ms,
+        retention_bytes_max: req.retention_bytes_max,
+    })
+}
+
+/// The changes an update request asks for.
+pub fn hub_update(req: &pb::UpdateEventHubRequest) -> Result<HubUpdate, ApiError> {
+    Ok(HubUpdate {
+        throughput_units: req.throughput_units,
+        retention_ms: req.retention_ms,
+        cleanup_policy: req.cleanup_policy.map(cleanup_policy).transpose()?,
+        tombstone_retention_ms: req.tombstone_retention_ms,
+        compaction_lag_ms: req.compaction_lag_ms,
+        retention_bytes_max: req.retention_bytes_max,
+    })
 }
 
 pub fn partition_properties(

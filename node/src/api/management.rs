@@ -25,6 +25,7 @@ impl Management for ManagementService {
             0 => None,
             rf => Some(u8::try_from(rf).unwrap_or(u8::MAX)),
         };
+        let settings = convert::hub_settings(&req)?;
         let record = self
             .broker
             .create_hub(
@@ -33,6 +34,7 @@ impl Management for ManagementService {
                 retention,
                 replication_factor,
                 req.throughput_units,
+                settings,
             )
             .await?;
         Ok(Response::new(convert::hub_properties(&record)))
@@ -100,10 +102,8 @@ impl Management for ManagementService {
     ) -> Result<Response<pb::EventHubProperties>, Status> {
         let req = request.into_inner();
         self.broker.hub(&req.name)?;
-        let record = self
-            .broker
-            .set_throughput_units(&req.name, req.throughput_units)
-            .await?;
+        let update = convert::hub_update(&req)?;
+        let record = self.broker.update_hub(&req.name, update).await?;
         Ok(Response::new(convert::hub_properties(&record)))
     }
 

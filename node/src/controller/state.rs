@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::store::{StoreCommand, StoreReply};
 
 use super::planner;
-use tributary_types::limits::{CONSUMER_GROUPS_PER_HUB_MAX, RETENTION_MAX, RETENTION_MIN};
+use tributary_types::limits::{CONSUMER_GROUPS_PER_HUB_MAX, RETENTION_MAX};
 use tributary_types::{
     DEFAULT_CONSUMER_GROUP, HubId, validate_consumer_group_name, validate_hub_name,
 };
@@ -105,6 +105,73 @@ pub struct HubRecord {
     /// when the hub was created, and whose preferred leader has since changed, still starts.
     #[serde(default)]
     pub founders: Vec<Vec<u64>>,
+    /// Retention and cleanup settings, changeable with `UpdateHub`.
+    pub settings: HubSettings,
+}
+
+/// What happens to a hub's old events.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CleanupPolicy {
+    /// Events are removed once they are older than the hub's retention.
+    #[default]
+    Delete,
+    /// Only the latest event of each partition key is kept (after the compaction lag); a
+    /// key whose latest event has an empty body (a tombstone) goes after the tombstone
+    /// retention. Time-based retention does not apply.
+    Compact,
+    /// Both: compaction, and removal once past the retention.
+    DeleteOrCompact,
+}
+
+impl CleanupPolicy {
+    pub fn deletes(self) -> bool {
+        matches!(self, CleanupPolicy::Delete | CleanupPolicy::DeleteOrCompact)
+    }
+
+    pub fn compacts(self) -> bool {
+        matches!(
+            self,
+            CleanupPolicy::Compact | CleanupPolicy::DeleteOrCompact
+        )
+    }
+}
+
+/// Default time a tombstone stays readable in a compacted hub.
+pub const TOMBSTONE_RETENTION_DEFAULT_MS: u64 = 24 * 3600 * 1000;
+
+/// A hub's retention and cleanup settings (its retention time is `HubRecord::retention_ms`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HubSettings {
+    pub cleanup_policy: CleanupPolicy,
+    /// How long a tombstone stays after it became its key's latest event (compaction).
+    pub tombstone_retention_ms: u64,
+    /// Events younger than this are never compacted away.
+    pub compaction_lag_ms: u64,
+    /// Per partition, the oldest events are removed while the retained events take more
+    /// than this many bytes (0: no cap).
+    pub retention_bytes_max: u64,
+}
+
+impl Default for HubSettings {
+    fn default() -> Self {
+        Self {
+            cleanup_policy: CleanupPolicy::Delete,
+            tombstone_retention_ms: TOMBSTONE_RETENTION_DEFAULT_MS,
+            compaction_lag_ms: 0,
+            retention_bytes_max: 0,
+        }
+    }
+}
+
+/// The settings an `UpdateHub` changes; `None` leaves one as it is.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HubUpdate {
+    pub throughput_units: Option<u32>,
+    pub retention_ms: Option<u64>,
+    pub cleanup_policy: Option<CleanupPolicy>,
+    pub tombstone_retention_ms: Option<u64>,
+    pub compaction_lag_ms: Option<u64>,
+    pub retention_bytes_max: Option<u64>,
 }
 
 impl HubRecord {
@@ -240,6 +307,11 @@ pub enum Command {
     },
     /// A checkpoint store operation; applied to the [`ConsumerStore`], not to this state.
     Store(StoreCommand),
+    /// Changes a hub's settings; each applies at once.
+    UpdateHub {
+        hub: String,
+        update: HubUpdate,
+    },
 }
 
 /// What `CreateHub` asks for.
@@ -257,6 +329,7 @@ pub struct NewHub {
     pub down_nodes: Vec<u64>,
     /// 0: unthrottled.
     pub throughput_units: u32,
+    pub settings: HubSettings,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -454,6 +527,38 @@ impl ClusterState {
                 record.throughput_units = throughput_units;
                 Ok(Reply::Hub(record.clone()))
             }
+            Command::UpdateHub { hub, update } => {
+                if let Some(units) = update.throughput_units {
+                    self.check_reservation(Some(&hub), units)?;
+                }
+                let record = self.hubs.get(&hub).ok_or_else(|| hub_not_found(&hub))?;
+                let mut settings = record.settings.clone();
+                let mut retention_ms = record.retention_ms;
+                if let Some(value) = update.retention_ms {
+                    check_retention(value)?;
+                    retention_ms = value;
+                }
+                if let Some(policy) = update.cleanup_policy {
+                    settings.cleanup_policy = policy;
+                }
+                if let Some(value) = update.tombstone_retention_ms {
+                    settings.tombstone_retention_ms = value;
+                }
+                if let Some(value) = update.compaction_lag_ms {
+                    settings.compaction_lag_ms = value;
+                }
+                if let Some(value) = update.retention_bytes_max {
+                    settings.retention_bytes_max = value;
+                }
+                check_settings(&settings)?;
+                let record = self.hubs.get_mut(&hub).expect("looked up above");
+                if let Some(units) = update.throughput_units {
+                    record.throughput_units = units;
+                }
+                record.retention_ms = retention_ms;
+                record.settings = settings;
+                Ok(Reply::Hub(record.clone()))
+            }
             Command::DeleteHub { name } => {
                 let hub = self
                     .hubs
@@ -518,6 +623,7 @@ impl ClusterState {
             now_ms,
             down_nodes,
             throughput_units,
+            settings,
         } = hub;
         validate_hub_name(&name).map_err(|e| err(ErrorKind::InvalidArgument, e.to_string()))?;
         if partition_count == 0 || partition_count > u32::from(partitions_max) {
@@ -528,16 +634,8 @@ impl ClusterState {
                 ),
             ));
         }
-        let retention = std::time::Duration::from_millis(retention_ms);
-        if retention < RETENTION_MIN || retention > RETENTION_MAX {
-            return Err(err(
-                ErrorKind::InvalidArgument,
-                format!(
-                    "retention must be between 1h and 90d; {} was requested",
-                    humantime::format_duration(retention)
-                ),
-            ));
-        }
+        check_retention(retention_ms)?;
+        check_settings(&settings)?;
         let nodes: Vec<u64> = self
             .nodes
             .values()
@@ -616,6 +714,7 @@ impl ClusterState {
             replicas,
             moved: BTreeSet::new(),
             joins: BTreeMap::new(),
+            settings,
         };
         self.hubs.insert(name, record.clone());
         Ok(Reply::Hub(record))
@@ -801,6 +900,44 @@ pub(crate) fn test_register(state: &mut ClusterState, id: u64) {
         .unwrap();
 }
 
+/// The shortest retention the controller accepts. Nodes refuse anything below their
+/// operator's floor (`--retention-min`, 1 hour unless set lower) before proposing; this
+/// bound only keeps the state sane.
+pub const RETENTION_FLOOR_MS: u64 = 1000;
+
+fn check_retention(retention_ms: u64) -> Result<(), CommandError> {
+    let retention = std::time::Duration::from_millis(retention_ms);
+    if retention_ms < RETENTION_FLOOR_MS || retention > RETENTION_MAX {
+        return Err(err(
+            ErrorKind::InvalidArgument,
+            format!(
+                "retention must be between 1s and 90d; {} was requested",
+                humantime::format_duration(retention)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn check_settings(settings: &HubSettings) -> Result<(), CommandError> {
+    let max = RETENTION_MAX.as_millis() as u64;
+    for (name, value) in [
+        ("tombstone retention", settings.tombstone_retention_ms),
+        ("compaction lag", settings.compaction_lag_ms),
+    ] {
+        if value > max {
+            return Err(err(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "the {name} must be at most 90d; {} was requested",
+                    humantime::format_duration(std::time::Duration::from_millis(value))
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -824,6 +961,7 @@ mod tests {
             now_ms: 5,
             down_nodes: Vec::new(),
             throughput_units: 0,
+            settings: Default::default(),
         }))
     }
 
@@ -939,6 +1077,7 @@ mod tests {
                 now_ms: 5,
                 down_nodes: down,
                 throughput_units: 0,
+                settings: Default::default(),
             }))
         };
         let err = command(3, vec![2, 3]).unwrap_err();
@@ -968,6 +1107,7 @@ mod tests {
                 now_ms: 1,
                 down_nodes: Vec::new(),
                 throughput_units: tu,
+                settings: Default::default(),
             })
         };
         state.apply(new("a", 12)).unwrap();
@@ -985,9 +1125,12 @@ mod tests {
         );
         state.apply(new("b", 8)).unwrap();
         // Changing a hub's own reservation does not count its old one twice.
-        let set = |hub: &str, tu: u32| Command::SetThroughputUnits {
+        let set = |hub: &str, tu: u32| Command::UpdateHub {
             hub: hub.into(),
-            throughput_units: tu,
+            update: HubUpdate {
+                throughput_units: Some(tu),
+                ..HubUpdate::default()
+            },
         };
         let Reply::Hub(hub) = state.apply(set("a", 12)).unwrap() else {
             panic!()
@@ -1011,6 +1154,81 @@ mod tests {
 
     fn hub(state: &ClusterState, name: &str) -> HubRecord {
         state.hubs[name].clone()
+    }
+
+    #[test]
+    fn hub_updates_change_only_the_settings_given_and_refuse_bad_ones() {
+        let mut state = cluster(1);
+        state
+            .apply(Command::CreateHub(NewHub {
+                name: "h".into(),
+                partition_count: 1,
+                retention_ms: 24 * 3600 * 1000,
+                replication_factor: Some(1),
+                partitions_max: 1024,
+                now_ms: 1,
+                down_nodes: Vec::new(),
+                throughput_units: 1,
+                settings: HubSettings::default(),
+            }))
+            .unwrap();
+        let update = |update: HubUpdate| Command::UpdateHub {
+            hub: "h".into(),
+            update,
+        };
+        let Reply::Hub(record) = state
+            .apply(update(HubUpdate {
+                retention_ms: Some(3_600_000),
+                cleanup_policy: Some(CleanupPolicy::DeleteOrCompact),
+                compaction_lag_ms: Some(60_000),
+                ..HubUpdate::default()
+            }))
+            .unwrap()
+        else {
+            panic!("an update replies with the hub")
+        };
+        assert_eq!(record.retention_ms, 3_600_000);
+        assert_eq!(record.throughput_units, 1, "not given: unchanged");
+        assert_eq!(
+            record.settings,
+            HubSettings {
+                cleanup_policy: CleanupPolicy::DeleteOrCompact,
+                compaction_lag_ms: 60_000,
+                ..HubSettings::default()
+            }
+        );
+        assert_eq!(hub(&state, "h"), record);
+        // A refused update changes nothing, not even the settings given with it that were
+        // fine.
+        let err = state
+            .apply(update(HubUpdate {
+                retention_ms: Some(91 * 24 * 3_600_000),
+                cleanup_policy: Some(CleanupPolicy::Compact),
+                ..HubUpdate::default()
+            }))
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::InvalidArgument);
+        assert!(err.message.contains("retention"), "{}", err.message);
+        let err = state
+            .apply(update(HubUpdate {
+                tombstone_retention_ms: Some(91 * 24 * 3_600_000),
+                cleanup_policy: Some(CleanupPolicy::Compact),
+                ..HubUpdate::default()
+            }))
+            .unwrap_err();
+        assert!(
+            err.message.contains("tombstone retention"),
+            "{}",
+            err.message
+        );
+        assert_eq!(hub(&state, "h"), record);
+        let err = state
+            .apply(Command::UpdateHub {
+                hub: "nope".into(),
+                update: HubUpdate::default(),
+            })
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::NotFound);
     }
 
     fn mv(hub: HubId, partition: u16, from: Option<u64>, to: u64) -> ReplicaMove {

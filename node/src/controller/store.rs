@@ -291,6 +291,7 @@ mod tests {
                 now_ms: 1,
                 down_nodes: Vec::new(),
                 throughput_units: 0,
+                settings: Default::default(),
             }))
             .unwrap();
         state

@@ -3,6 +3,7 @@
 pub mod appender;
 pub mod codec;
 pub mod position;
+pub mod retention;
 pub mod state_machine;
 pub mod throttle;
 
@@ -78,6 +79,8 @@ pub struct Partition {
     /// Whether the group's timers are stopped; woken before a write or membership change.
     hibernation: Hibernation,
     progress: watch::Receiver<Progress>,
+    /// The published progress's sender: retention moves its begin sequence.
+    progress_sender: Arc<watch::Sender<Progress>>,
     /// The log index through which applied entries are readable.
     visible: watch::Receiver<u64>,
     shard: Shard,
@@ -140,6 +143,7 @@ impl Partition {
         let (state_machine, progress) =
             PartitionStateMachine::open(group, shard.clone()).map_err(storage)?;
         let visible = state_machine.visible();
+        let progress_sender = state_machine.progress_sender();
         let node_id = host.node_id();
         let raft = host
             .start_founding(
@@ -168,6 +172,7 @@ impl Partition {
             raft,
             hibernation,
             progress,
+            progress_sender,
             visible,
             shard,
             #[cfg(feature = "fault-ack-before-commit")]
@@ -501,14 +506,27 @@ impl Partition {
             && out.len() < max_events
             && bytes < RECEIVE_BATCH_BYTES_MAX
         {
-            let Some(row) = self
+            let row = self
                 .shard
                 .index_for_sequence(self.group, sequence)
-                .map_err(storage)?
-            else {
-                break;
+                .map_err(storage)?;
+            let events = match row.map(|row| (row, self.entry_events(row.log_index))) {
+                Some((row, Ok(events))) => (row, events),
+                missing => {
+                    // Retention may have removed the entry since `progress` was read: go on
+                    // from the new beginning.
+                    let begin = self.progress().begin_sequence;
+                    if begin > sequence {
+                        sequence = begin;
+                        continue;
+                    }
+                    match missing {
+                        Some((_, Err(err))) => return Err(err),
+                        _ => break,
+                    }
+                }
             };
-            let events = self.entry_events(row.log_index)?;
+            let (row, events) = events;
             for (i, (position, record)) in events.into_iter().enumerate() {
                 let event_sequence = row.first_sequence + i as i64;
                 if event_sequence < sequence {

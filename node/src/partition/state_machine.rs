@@ -113,7 +113,9 @@ impl PartitionStateMachine {
             Some(bytes) => postcard::from_bytes(&bytes).map_err(invalid)?,
             None => AppliedState::default(),
         };
-        let (progress, rx) = watch::channel(state.progress);
+        let mut published = state.progress;
+        published.begin_sequence = retained_begin(group, &shard, &state)?;
+        let (progress, rx) = watch::channel(published);
         Ok((
             Self {
                 group,
@@ -133,6 +135,29 @@ impl PartitionStateMachine {
     pub fn visible(&self) -> watch::Receiver<u64> {
         self.visible.subscribe()
     }
+
+    /// The sender of the published progress, for retention to move the begin sequence.
+    pub fn progress_sender(&self) -> Arc<watch::Sender<Progress>> {
+        self.progress.clone()
+    }
+}
+
+/// The first sequence number the partition still holds: the first retained index row's, or
+/// the next one to be assigned when retention has removed every event (or none came yet).
+/// Retention owns the begin sequence: the applied state's `begin_sequence` is not used.
+fn retained_begin(group: GroupId, shard: &Shard, state: &AppliedState) -> io::Result<i64> {
+    Ok(shard
+        .first_index(group)?
+        .map_or(state.progress.next_sequence, |row| row.first_sequence))
+}
+
+/// Publishes applied progress; the begin sequence is retention's and never moves back.
+fn publish(sender: &watch::Sender<Progress>, applied: Progress) {
+    sender.send_modify(|published| {
+        let begin = published.begin_sequence;
+        *published = applied;
+        published.begin_sequence = begin;
+    });
 }
 
 impl AppliedState {
@@ -286,7 +311,7 @@ impl RaftStateMachine<TypeConfig> for PartitionStateMachine {
         self.shard
             .submit(mutations, Durability::Lazy, move |result| {
                 if result.is_ok() {
-                    progress.send_replace(applied);
+                    publish(&progress, applied);
                     visible.send_replace(applied_index);
                 }
             })
@@ -372,8 +397,13 @@ impl RaftStateMachine<TypeConfig> for PartitionStateMachine {
             value: encode(&state)?,
         });
         self.shard.write(mutations, Durability::Immediate).await?;
+        let mut published = state.progress;
+        published.begin_sequence = payload
+            .index
+            .first()
+            .map_or(state.progress.next_sequence, |row| row.0);
         self.state = state;
-        self.progress.send_replace(self.state.progress);
+        self.progress.send_replace(published);
         self.visible.send_replace(last_index);
         metrics::counter!("tributary_raft_snapshots_installed_total").increment(1);
         tracing::info!(

@@ -118,6 +118,7 @@ async fn names_and_counts_that_break_the_rules_are_invalid() {
                 retention_ms: 0,
                 replication_factor: 0,
                 throughput_units: 0,
+                ..Default::default()
             })
             .await
             .unwrap_err();
