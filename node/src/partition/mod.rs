@@ -2,6 +2,7 @@
 
 pub mod appender;
 pub mod codec;
+pub mod compaction;
 pub mod position;
 pub mod state_machine;
 pub mod throttle;
