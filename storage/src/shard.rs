@@ -296,35 +296,66 @@ impl Shard {
             return Ok(out);
         }
         let txn = self.db.begin_read().map_err(StorageError::io)?;
-        // Entries held whole (no log on disk, or written by an earlier version) all come
-        // before a group's entries in the log: a log row is written only after truncating
-        // every row from its index on.
+        // Entries held whole (no log on disk, or written by an earlier version) and entries
+        // in the log, merged by index: an entry held whole that was later rewritten (by
+        // compaction) lies in the log among entries still held whole. Where both hold an
+        // index, the log's is the newer, as in `log_entry`.
         let whole = txn.open_table(RAFT_LOG).map_err(StorageError::io)?;
-        let mut bytes = 0;
-        for row in whole
+        let mut whole_rows = whole
             .range((g, start)..(g, end))
-            .map_err(StorageError::io)?
-        {
-            let (k, v) = row.map_err(StorageError::io)?;
-            bytes += v.value().len();
-            out.push((k.value().1, Bytes::copy_from_slice(v.value())));
-            if bytes >= bytes_max {
-                return Ok(out);
-            }
-        }
-        let Some(segments) = &self.segments else {
-            return Ok(out);
+            .map_err(StorageError::io)?;
+        let located = match &self.segments {
+            Some(segments) => Some((
+                segments,
+                txn.open_table(LOG_LOCATION).map_err(StorageError::io)?,
+            )),
+            None => None,
         };
-        let start = out.last().map_or(start, |(index, _)| index + 1);
-        let located = txn.open_table(LOG_LOCATION).map_err(StorageError::io)?;
-        for row in located
-            .range((g, start)..(g, end))
-            .map_err(StorageError::io)?
-        {
-            let (k, v) = row.map_err(StorageError::io)?;
-            let entry = segments.read(location(v.value()))?;
-            bytes += entry.len();
-            out.push((k.value().1, entry));
+        let mut located_rows = match &located {
+            Some((_, table)) => Some(
+                table
+                    .range((g, start)..(g, end))
+                    .map_err(StorageError::io)?,
+            ),
+            None => None,
+        };
+        let mut next_whole = whole_rows.next().transpose().map_err(StorageError::io)?;
+        let mut next_located = match located_rows.as_mut() {
+            Some(rows) => rows.next().transpose().map_err(StorageError::io)?,
+            None => None,
+        };
+        let mut bytes = 0;
+        loop {
+            let whole_index = next_whole.as_ref().map(|(k, _)| k.value().1);
+            let located_index = next_located.as_ref().map(|(k, _)| k.value().1);
+            let from_log = match (whole_index, located_index) {
+                (None, None) => break,
+                (Some(w), Some(l)) => l <= w,
+                (None, Some(_)) => true,
+                (Some(_), None) => false,
+            };
+            let entry = if from_log {
+                if whole_index == located_index {
+                    next_whole = whole_rows.next().transpose().map_err(StorageError::io)?;
+                }
+                let (segments, _) = located.as_ref().expect("located rows need the log");
+                let rows = located_rows.as_mut().expect("located rows need the log");
+                let (k, v) = std::mem::replace(
+                    &mut next_located,
+                    rows.next().transpose().map_err(StorageError::io)?,
+                )
+                .expect("peeked above");
+                (k.value().1, segments.read(location(v.value()))?)
+            } else {
+                let (k, v) = std::mem::replace(
+                    &mut next_whole,
+                    whole_rows.next().transpose().map_err(StorageError::io)?,
+                )
+                .expect("peeked above");
+                (k.value().1, Bytes::copy_from_slice(v.value()))
+            };
+            bytes += entry.1.len();
+            out.push(entry);
             if bytes >= bytes_max {
                 break;
             }
@@ -353,27 +384,35 @@ impl Shard {
     pub fn last_log_entry(&self, group: GroupId) -> Result<Option<(u64, Bytes)>, StorageError> {
         let g = group.to_u64();
         let txn = self.db.begin_read().map_err(StorageError::io)?;
+        let mut located = None;
         if let Some(segments) = &self.segments {
-            let located = txn.open_table(LOG_LOCATION).map_err(StorageError::io)?;
-            let last = located
+            let table = txn.open_table(LOG_LOCATION).map_err(StorageError::io)?;
+            let last = table
                 .range((g, 0)..=(g, u64::MAX))
                 .map_err(StorageError::io)?
                 .next_back();
             if let Some(row) = last {
                 let (k, v) = row.map_err(StorageError::io)?;
-                return Ok(Some((k.value().1, segments.read(location(v.value()))?)));
+                located = Some((k.value().1, segments, location(v.value())));
             }
         }
         let whole = txn.open_table(RAFT_LOG).map_err(StorageError::io)?;
-        let mut range = whole
+        let last_whole = whole
             .range((g, 0)..=(g, u64::MAX))
+            .map_err(StorageError::io)?
+            .next_back()
+            .transpose()
             .map_err(StorageError::io)?;
-        match range.next_back() {
-            Some(row) => {
-                let (k, v) = row.map_err(StorageError::io)?;
-                Ok(Some((k.value().1, Bytes::copy_from_slice(v.value()))))
+        // Entries held whole usually all come before those in the log, but one rewritten
+        // into the log (compaction) may come before entries still held whole.
+        match (located, last_whole) {
+            (Some((index, segments, at)), whole)
+                if whole.as_ref().is_none_or(|(k, _)| k.value().1 <= index) =>
+            {
+                Ok(Some((index, segments.read(at)?)))
             }
-            None => Ok(None),
+            (_, Some((k, v))) => Ok(Some((k.value().1, Bytes::copy_from_slice(v.value())))),
+            (_, None) => Ok(None),
         }
     }
 
@@ -1324,6 +1363,173 @@ mod tests {
             matches!(err, StorageError::Corrupt(ref m) if m.contains("is missing")),
             "{err}"
         );
+    }
+
+    /// Group `p`'s log entry `index` as compaction rewrites it.
+    fn rewritten(p: u16, index: u64) -> Mutation {
+        Mutation::PutLog {
+            group: group(p),
+            index,
+            entry: Bytes::from(format!("rewritten {p}/{index}")),
+        }
+    }
+
+    /// Group `p`'s entries with their bytes, in index order.
+    fn entries(shard: &Shard, p: u16) -> Vec<(u64, Bytes)> {
+        shard.log_entries(group(p), 0, u64::MAX).unwrap()
+    }
+
+    fn all_rewritten(p: u16, indexes: std::ops::RangeInclusive<u64>) -> Vec<(u64, Bytes)> {
+        indexes
+            .map(|i| (i, Bytes::from(format!("rewritten {p}/{i}"))))
+            .collect()
+    }
+
+    /// Compaction writes an existing log entry again: its earlier bytes no longer count
+    /// toward their segment, so a segment whose entries were all rewritten is deleted at
+    /// the next checkpoint, as if they had been purged. Reads return the new bytes, also
+    /// after a crash.
+    #[tokio::test]
+    async fn a_segment_whose_entries_were_all_rewritten_is_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = ShardConfig {
+            checkpoint_bytes: 1,
+            segment_bytes_max: 256,
+            ..ShardConfig::default()
+        };
+        let shard = Shard::open(&dir.path().join("s.redb"), config).unwrap();
+        for i in 1..=20 {
+            shard
+                .write(vec![put(0, i)], Durability::Immediate)
+                .await
+                .unwrap();
+        }
+        let before = segment_files(&dir);
+        assert!(before.len() >= 4, "{} segments", before.len());
+        shard
+            .write(
+                (1..=20).map(|i| rewritten(0, i)).collect(),
+                Durability::Immediate,
+            )
+            .await
+            .unwrap();
+        // The checkpoint after the rewrite ran before the writer took this write.
+        shard.write(Vec::new(), Durability::Lazy).await.unwrap();
+        let after = segment_files(&dir);
+        // Only the segment that was being written may hold a new entry.
+        let kept: Vec<_> = before[..before.len() - 1]
+            .iter()
+            .filter(|f| after.contains(f))
+            .collect();
+        assert!(kept.is_empty(), "segments still there: {kept:?}");
+        assert_eq!(entries(&shard, 0), all_rewritten(0, 1..=20));
+        assert_eq!(
+            shard.log_entry(group(0), 7).unwrap(),
+            Some(Bytes::from("rewritten 0/7"))
+        );
+        let crashed = crash_copy(&dir);
+        let recovered = open(&crashed);
+        assert_eq!(entries(&recovered, 0), all_rewritten(0, 1..=20));
+    }
+
+    /// A rewrite replayed after a crash (redb held the entries' first locations) counts
+    /// the first locations off too: the segments are deleted at the checkpoint after the
+    /// replay.
+    #[tokio::test]
+    async fn a_rewrite_replayed_after_a_crash_releases_the_old_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = ShardConfig {
+            segment_bytes_max: 256,
+            ..never_checkpointing()
+        };
+        let shard = Shard::open(&dir.path().join("s.redb"), config.clone()).unwrap();
+        for i in 1..=20 {
+            shard
+                .write(vec![put(0, i)], Durability::Immediate)
+                .await
+                .unwrap();
+        }
+        // Opening replays and checkpoints: redb durably points at the first bytes.
+        let first = crash_copy(&dir);
+        let reopened = Shard::open(&first.path().join("s.redb"), config.clone()).unwrap();
+        assert_eq!(indexes(&reopened, 0), (1..=20).collect::<Vec<_>>());
+        let before = segment_files(&first);
+        assert!(before.len() >= 4, "{} segments", before.len());
+        reopened
+            .write(
+                (1..=20).map(|i| rewritten(0, i)).collect(),
+                Durability::Immediate,
+            )
+            .await
+            .unwrap();
+        // The rewrite is only in the log when this copy is taken.
+        let second = crash_copy(&first);
+        let recovered = Shard::open(&second.path().join("s.redb"), config).unwrap();
+        assert_eq!(entries(&recovered, 0), all_rewritten(0, 1..=20));
+        let after = segment_files(&second);
+        let kept: Vec<_> = before[..before.len() - 1]
+            .iter()
+            .filter(|f| {
+                let name = f.file_name().unwrap();
+                after.iter().any(|a| a.file_name().unwrap() == name)
+            })
+            .collect();
+        assert!(kept.is_empty(), "segments still there: {kept:?}");
+        // And once more after another crash: nothing missing, nothing replayed twice.
+        let third = crash_copy(&second);
+        let again = open(&third);
+        assert_eq!(entries(&again, 0), all_rewritten(0, 1..=20));
+    }
+
+    /// Entries of an earlier version are held whole in redb; one rewritten into the log
+    /// lies among them, and reads still see every entry once, in order, with the new bytes.
+    #[tokio::test]
+    async fn an_entry_held_whole_can_be_rewritten_into_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        crate::wal::tests::write_legacy(
+            &dir.path().join("s.wal"),
+            0,
+            &[vec![put(0, 1), put(0, 2), put(0, 3), put(0, 4)]],
+        );
+        let shard = Shard::open(&dir.path().join("s.redb"), never_checkpointing()).unwrap();
+        shard
+            .write(vec![rewritten(0, 2)], Durability::Immediate)
+            .await
+            .unwrap();
+        let expected = |last_rewritten: bool| {
+            let mut out = vec![
+                (1, Bytes::from("entry 0/1")),
+                (2, Bytes::from("rewritten 0/2")),
+                (3, Bytes::from("entry 0/3")),
+                (4, Bytes::from("entry 0/4")),
+            ];
+            if last_rewritten {
+                out[3].1 = Bytes::from("rewritten 0/4");
+            }
+            out
+        };
+        assert_eq!(entries(&shard, 0), expected(false));
+        assert_eq!(
+            shard.last_log_entry(group(0)).unwrap(),
+            Some((4, Bytes::from("entry 0/4")))
+        );
+        // Limited reads stop at the same entries whichever table holds them.
+        let limited = shard
+            .log_entries_limited(group(0), 1, 5, "entry 0/1".len() + 1)
+            .unwrap();
+        assert_eq!(limited, expected(false)[..2]);
+        shard
+            .write(vec![rewritten(0, 4)], Durability::Immediate)
+            .await
+            .unwrap();
+        assert_eq!(entries(&shard, 0), expected(true));
+        assert_eq!(
+            shard.last_log_entry(group(0)).unwrap(),
+            Some((4, Bytes::from("rewritten 0/4")))
+        );
+        let crashed = crash_copy(&dir);
+        let recovered = open(&crashed);
+        assert_eq!(entries(&recovered, 0), expected(true));
     }
 
     /// A data directory of an earlier version has a single-file log (`s.wal`) whose

@@ -2,6 +2,7 @@
 
 pub mod appender;
 pub mod codec;
+pub mod compaction;
 pub mod position;
 pub mod retention;
 pub mod state_machine;
@@ -527,27 +528,26 @@ impl Partition {
                 }
             };
             let (row, events) = events;
-            for (i, (position, record)) in events.into_iter().enumerate() {
-                let event_sequence = row.first_sequence + i as i64;
+            for event in events {
+                let event_sequence = row.first_sequence + i64::from(event.index);
                 if event_sequence < sequence {
                     continue;
                 }
                 if out.len() >= max_events || bytes >= RECEIVE_BATCH_BYTES_MAX {
                     break;
                 }
-                bytes += record.body.len();
+                bytes += event.record.body.len();
                 out.push(ReadEvent {
                     sequence: event_sequence,
-                    offset: row.first_offset + position as i64,
+                    offset: row.first_offset + event.position as i64,
                     enqueued_time_ms: row.enqueued_time_ms,
-                    record,
+                    record: event.record,
                 });
             }
-            sequence = out
-                .last()
-                .map_or(row.first_sequence + i64::from(row.event_count), |e| {
-                    e.sequence + 1
-                });
+            // The entry's events are all read unless a limit stopped the loop above (which
+            // ends the outer loop too); compaction may have removed the entry's last events,
+            // so the next read starts after the entry, not after the last event read.
+            sequence = row.first_sequence + i64::from(row.event_count);
         }
         self.traffic
             .events_out
@@ -558,7 +558,7 @@ impl Partition {
         Ok(out)
     }
 
-    fn entry_events(&self, log_index: u64) -> Result<Vec<(usize, EventRecord)>, PartitionError> {
+    fn entry_events(&self, log_index: u64) -> Result<Vec<codec::DecodedEvent>, PartitionError> {
         let bytes = self
             .shard
             .log_entry(self.group, log_index)
@@ -612,10 +612,10 @@ impl Lookup for Partition {
         let events = self
             .entry_events(row.log_index)
             .map_err(|e| e.to_string())?;
-        for (i, (position, _)) in events.iter().enumerate() {
-            let event_offset = row.first_offset + *position as i64;
+        for event in &events {
+            let event_offset = row.first_offset + event.position as i64;
             if event_offset > offset || (inclusive && event_offset == offset) {
-                return Ok(Some(row.first_sequence + i as i64));
+                return Ok(Some(row.first_sequence + i64::from(event.index)));
             }
         }
         let after = row.first_sequence + i64::from(row.event_count);
