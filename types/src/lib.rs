@@ -15,4 +15,4 @@ pub use names::{
     DEFAULT_CONSUMER_GROUP, NameError, NameKind, validate_consumer_group_name, validate_hub_name,
 };
 pub use partition_key::{partition_for_key, partition_key_hash};
-pub use time_format::{TimeParseError, format_rfc3339_ms, parse_rfc3339_ms};
+pub use time_format::{TimeParseError, UtcDateTime, format_rfc3339_ms, parse_rfc3339_ms};

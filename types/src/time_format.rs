@@ -18,16 +18,57 @@ pub struct TimeParseError {
 
 const MS_PER_DAY: i64 = 86_400_000;
 
+/// A UTC date (proleptic Gregorian) and time of day, split into its fields, for formats
+/// other than RFC 3339 (capture file names, the Event Hubs capture record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UtcDateTime {
+    pub year: i64,
+    /// 1..=12.
+    pub month: i64,
+    /// 1..=31.
+    pub day: i64,
+    /// 0..=23.
+    pub hour: i64,
+    /// 0..=59.
+    pub minute: i64,
+    /// 0..=59.
+    pub second: i64,
+    /// 0..=999.
+    pub millisecond: i64,
+}
+
+impl UtcDateTime {
+    /// The UTC date and time of `ms` milliseconds since the Unix epoch (before it too).
+    pub fn from_unix_ms(ms: i64) -> UtcDateTime {
+        let (year, month, day) = civil_from_days(ms.div_euclid(MS_PER_DAY));
+        let ms_of_day = ms.rem_euclid(MS_PER_DAY);
+        UtcDateTime {
+            year,
+            month,
+            day,
+            hour: ms_of_day / 3_600_000,
+            minute: ms_of_day / 60_000 % 60,
+            second: ms_of_day / 1000 % 60,
+            millisecond: ms_of_day % 1000,
+        }
+    }
+}
+
 /// Formats milliseconds since the Unix epoch as UTC, e.g. "2026-11-22T01:02:03.456Z".
 ///
 /// Always prints the milliseconds, so the text sorts like the time. Years outside
 /// 0000..=9999 print with more digits or a sign, which is no longer RFC 3339.
 pub fn format_rfc3339_ms(ms: i64) -> String {
-    let (year, month, day) = civil_from_days(ms.div_euclid(MS_PER_DAY));
-    let ms_of_day = ms.rem_euclid(MS_PER_DAY);
-    let (hour, minute) = (ms_of_day / 3_600_000, ms_of_day / 60_000 % 60);
-    let (second, milli) = (ms_of_day / 1000 % 60, ms_of_day % 1000);
-    format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{milli:03}Z")
+    let UtcDateTime {
+        year,
+        month,
+        day,
+        hour,
+        minute,
+        second,
+        millisecond,
+    } = UtcDateTime::from_unix_ms(ms);
+    format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{millisecond:03}Z")
 }
 
 /// Parses an RFC 3339 timestamp into milliseconds since the Unix epoch.
@@ -184,6 +225,35 @@ mod tests {
             "2000-02-29T00:00:00.000Z"
         );
         assert_eq!(format_rfc3339_ms(-1), "1969-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn splits_into_utc_fields() {
+        assert_eq!(
+            UtcDateTime::from_unix_ms(EXAMPLE_MS),
+            UtcDateTime {
+                year: 2026,
+                month: 11,
+                day: 22,
+                hour: 1,
+                minute: 2,
+                second: 3,
+                millisecond: 456,
+            }
+        );
+        let before_epoch = UtcDateTime::from_unix_ms(-1);
+        assert_eq!(
+            (before_epoch.year, before_epoch.month, before_epoch.day),
+            (1969, 12, 31)
+        );
+        assert_eq!(
+            (
+                before_epoch.hour,
+                before_epoch.second,
+                before_epoch.millisecond
+            ),
+            (23, 59, 999)
+        );
     }
 
     #[test]

@@ -1,9 +1,11 @@
-//! In-process tests of a node through its gRPC API: one integration binary for the crate.
+//! In-process tests of the node crate: a node through its gRPC API, and capture files as
+//! outside tools read them. One integration binary for the crate.
 
 mod support;
 
 mod bad_input;
 mod buffered;
+mod capture;
 mod idempotent;
 mod keys;
 mod positions;
