@@ -10,6 +10,7 @@ use tributary_types::HubId;
 
 use crate::broker::Broker;
 use crate::controller::state::HubRecord;
+use crate::partition::compaction::CompactionPolicy;
 use crate::partition::retention::{RetentionOutcome, RetentionPolicy};
 
 /// Partitions worked on at once in one pass.
@@ -24,6 +25,14 @@ pub fn policy(hub: &HubRecord) -> RetentionPolicy {
             .deletes()
             .then_some(hub.retention_ms),
         bytes_max: (settings.retention_bytes_max > 0).then_some(settings.retention_bytes_max),
+        compaction: settings
+            .cleanup_policy
+            .compacts()
+            .then_some(CompactionPolicy {
+                lag_ms: settings.compaction_lag_ms as i64,
+                tombstone_retention_ms: settings.tombstone_retention_ms as i64,
+            }),
+        keep_from_sequence: None,
     }
 }
 
@@ -56,7 +65,7 @@ pub async fn pass(broker: &Broker) {
     futures::stream::iter(work)
         .for_each_concurrent(PARTITIONS_IN_FLIGHT_MAX, |(partition, policy)| async move {
             match partition.enforce_retention(policy, now_ms).await {
-                Ok(RetentionOutcome::Removed { .. } | RetentionOutcome::Nothing) => {}
+                Ok(RetentionOutcome::Cleaned { .. } | RetentionOutcome::Nothing) => {}
                 Ok(RetentionOutcome::Waiting) => {
                     tracing::debug!(group = %partition.group, "retention waits for a log purge");
                 }

@@ -82,6 +82,8 @@ pub struct Partition {
     progress: watch::Receiver<Progress>,
     /// The published progress's sender: retention moves its begin sequence.
     progress_sender: Arc<watch::Sender<Progress>>,
+    /// Where compaction last ran.
+    compaction_mark: Mutex<retention::CompactionMark>,
     /// The log index through which applied entries are readable.
     visible: watch::Receiver<u64>,
     shard: Shard,
@@ -174,6 +176,7 @@ impl Partition {
             hibernation,
             progress,
             progress_sender,
+            compaction_mark: Mutex::default(),
             visible,
             shard,
             #[cfg(feature = "fault-ack-before-commit")]

@@ -6,6 +6,7 @@ mod support;
 mod bad_input;
 mod buffered;
 mod capture;
+mod cleanup;
 mod idempotent;
 mod keys;
 mod positions;
