@@ -63,6 +63,29 @@ pub fn metrics_handle() -> PrometheusHandle {
                 "tributary_send_duration_seconds",
                 "Time from a send's arrival to its commit"
             );
+            metrics::describe_gauge!(
+                "tributary_storage_data_bytes",
+                metrics::Unit::Bytes,
+                "Bytes the node's data directory takes on disk"
+            );
+            metrics::describe_gauge!(
+                "tributary_storage_disk_free_bytes",
+                metrics::Unit::Bytes,
+                "Bytes still available on the filesystem holding the data directory"
+            );
+            metrics::describe_gauge!(
+                "tributary_storage_disk_total_bytes",
+                metrics::Unit::Bytes,
+                "Size of the filesystem holding the data directory"
+            );
+            metrics::describe_counter!(
+                "tributary_retention_entries_removed_total",
+                "Log entries removed because every event in them was past retention or over the size cap"
+            );
+            metrics::describe_counter!(
+                "tributary_compaction_entries_rewritten_total",
+                "Log entries rewritten by compaction without their superseded events"
+            );
             process_collector().describe();
             handle
         })

@@ -8,6 +8,7 @@ pub mod checkpoints;
 pub mod cluster;
 pub mod config;
 pub mod controller;
+pub mod disk;
 pub mod fault;
 pub mod group;
 pub mod http;
@@ -200,7 +201,11 @@ impl Node {
         tokio::spawn(broker.clone().run_reconciler());
         tokio::spawn(broker.clone().run_membership_reconciler());
         tokio::spawn(placement.clone().run());
-        tokio::spawn(retention::run(broker.clone(), config.retention.interval));
+        tokio::spawn(retention::run(
+            broker.clone(),
+            config.retention.interval,
+            config.data_dir.clone(),
+        ));
 
         let request_bytes_max = config.publish_bytes_max * 2 + REQUEST_OVERHEAD_BYTES;
         let server = tonic::transport::Server::builder()

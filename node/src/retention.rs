@@ -36,8 +36,9 @@ pub fn policy(hub: &HubRecord) -> RetentionPolicy {
     }
 }
 
-/// Runs retention passes until the node shuts down.
-pub async fn run(broker: Arc<Broker>, interval: Duration) {
+/// Runs retention passes until the node shuts down, and records the storage gauges
+/// ([`crate::disk::record`]) for `data_dir` after each.
+pub async fn run(broker: Arc<Broker>, interval: Duration, data_dir: std::path::PathBuf) {
     let mut closing = broker.closing();
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -47,6 +48,8 @@ pub async fn run(broker: Arc<Broker>, interval: Duration) {
             _ = closing.wait_for(|c| *c) => return,
         }
         pass(&broker).await;
+        let dir = data_dir.clone();
+        let _ = tokio::task::spawn_blocking(move || crate::disk::record(&dir)).await;
     }
 }
 

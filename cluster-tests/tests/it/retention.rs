@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::time::Instant;
 use tributary_client::{Client, EventData, EventPosition, HubChanges, SendTarget};
-use tributary_cluster_tests::{LocalCluster, TestDir};
+use tributary_cluster_tests::{LocalCluster, TestDir, http_get};
 
 const HUB: &str = "expiring";
 /// Events sent before retention is shortened: 4,000 of 2 KiB, about 8 MiB per replica.
@@ -213,6 +213,36 @@ async fn events_past_retention_leave_every_replica_and_the_disk() {
         assert!(
             Instant::now() < deadline,
             "data directories did not shrink by half the expired events' {old_bytes} bytes: before {before:?}, after {after:?}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+
+    // The nodes report their data's size and their filesystem's free space.
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let metrics = http_get(cluster.nodes[0].http_addr(), "/metrics")
+            .await
+            .expect("metrics answer")
+            .body;
+        let gauge = |name: &str| {
+            metrics
+                .lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.split_whitespace().last())
+                .and_then(|v| v.parse::<f64>().ok())
+        };
+        let data = gauge("tributary_storage_data_bytes");
+        let free = gauge("tributary_storage_disk_free_bytes");
+        if let (Some(data), Some(free)) = (data, free)
+            && data > 0.0
+            && (data as u64) + old_bytes / 2 < before[0]
+        {
+            assert!(free > 0.0);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "storage gauges missing or not shrunk: data {data:?}, free {free:?}"
         );
         tokio::time::sleep(POLL).await;
     }
