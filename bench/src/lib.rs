@@ -14,6 +14,7 @@ mod idle;
 #[cfg(feature = "jetstream")]
 pub mod jetstream;
 mod load;
+mod local_cluster;
 mod metrics;
 mod report;
 
