@@ -48,6 +48,15 @@ impl Node {
         self.child.as_ref().and_then(Child::id)
     }
 
+    /// The node's Prometheus page.
+    pub(crate) fn metrics_url(&self) -> String {
+        format!("http://127.0.0.1:{}/metrics", self.http_port)
+    }
+
+    pub(crate) fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
     fn readyz_url(&self) -> String {
         format!("http://127.0.0.1:{}/readyz", self.http_port)
     }
@@ -148,6 +157,25 @@ impl LocalCluster {
     ) -> anyhow::Result<()> {
         self.spawn(index)?;
         self.wait_ready(index, ready_timeout).await
+    }
+
+    /// Fails, with the end of its log, if a node the cluster started has exited.
+    pub(crate) fn check_running(&mut self) -> anyhow::Result<()> {
+        for node in &mut self.nodes {
+            let Some(child) = node.child.as_mut() else {
+                continue;
+            };
+            if let Some(status) = child.try_wait().context("cannot poll a node process")? {
+                node.child = None;
+                bail!(
+                    "node {} exited ({status}); its log {} ends with:\n{}",
+                    node.id,
+                    node.log_path.display(),
+                    log_tail(&node.log_path)
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Kills every node still running and waits for them to exit.
