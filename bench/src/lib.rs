@@ -1,7 +1,9 @@
 //! `tributary bench`: a load generator that measures send throughput, send latency and how
 //! well the node shares fsyncs between sends; `tributary bench failover` measures how long a
 //! partition takes to accept writes again after its leader's node is killed; `tributary bench
-//! checkpoints` measures the checkpoint store, event processors and load balancing.
+//! checkpoints` measures the checkpoint store, event processors and load balancing; `tributary
+//! bench retention` soaks a hub with retention under steady load and shows its disk use stays
+//! flat.
 //!
 //! The binary's `main` (in `node/`) adds a `Bench(BenchArgs)` subcommand and calls
 //! [`main`] with the CLI's endpoint and output format. (This crate depends on the client, so
@@ -14,14 +16,17 @@ mod idle;
 #[cfg(feature = "jetstream")]
 pub mod jetstream;
 mod load;
+mod local_cluster;
 mod metrics;
 mod report;
+mod retention;
 
 pub use checkpoints::{CheckpointsArgs, CheckpointsReport};
 pub use failover::{FailoverArgs, FailoverReport};
 pub use idle::{IdleArgs, IdleReport};
 pub use load::KeyDistribution;
 pub use report::{BenchReport, LatencyReport};
+pub use retention::{DiskSample, Flatness, RetentionArgs, RetentionReport};
 
 use std::time::Duration;
 
@@ -160,6 +165,10 @@ pub enum BenchCommand {
     /// until every partition has a leader, then measure each node's CPU and memory while
     /// it sits idle.
     Idle(IdleArgs),
+    /// Start a local cluster, send a steady load to a hub with retention for well past one
+    /// retention period, sample each node's disk use, and check it stays flat once the
+    /// first events have expired (ignores --endpoint).
+    Retention(RetentionArgs),
 }
 
 /// Runs the benchmark `args` selects and prints its report: a table, or one JSON object if
@@ -173,6 +182,7 @@ pub async fn main(endpoint: &str, args: BenchArgs, json: bool) -> anyhow::Result
                 .map(drop)
         }
         Some(BenchCommand::Idle(idle)) => idle::run(endpoint, idle, json).await.map(drop),
+        Some(BenchCommand::Retention(retention)) => retention::run(retention, json).await.map(drop),
         None => run(endpoint, args, json).await.map(drop),
     }
 }

@@ -12,6 +12,8 @@ pub(crate) const FSYNCS_METRIC: &str = "tributary_storage_fsyncs_total";
 /// The standard process series every node exports.
 pub(crate) const CPU_METRIC: &str = "process_cpu_seconds_total";
 pub(crate) const RSS_METRIC: &str = "process_resident_memory_bytes";
+/// The bytes a node's storage holds, summed over its series (read where a node exports it).
+pub(crate) const DATA_BYTES_METRIC: &str = "tributary_storage_data_bytes";
 
 /// What one read of a node's metrics page showed.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

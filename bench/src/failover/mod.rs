@@ -3,7 +3,6 @@
 //! long each partition takes to accept writes again.
 
 mod load;
-mod nodes;
 mod probe;
 mod report;
 mod status;
@@ -19,8 +18,9 @@ use bytes::Bytes;
 use tokio::time::Instant;
 use tributary_client::{Client, ErrorReason, EventData};
 
+use crate::local_cluster::{LocalCluster, interrupted, keep_or_remove};
+
 use load::BackgroundLoad;
-use nodes::LocalCluster;
 use probe::Prober;
 
 /// Replicas per partition: one on each of three nodes.
@@ -144,21 +144,6 @@ pub async fn run(args: FailoverArgs, json: bool) -> anyhow::Result<FailoverRepor
     Ok(report)
 }
 
-/// Keeps the run's directory (returning its path) or removes it.
-fn keep_or_remove(dir: tempfile::TempDir, keep: bool) -> Option<PathBuf> {
-    if keep {
-        return Some(dir.keep());
-    }
-    let path = dir.path().to_path_buf();
-    if let Err(error) = dir.close() {
-        eprintln!(
-            "warning: cannot remove {}: {error}; remove it by hand",
-            path.display()
-        );
-    }
-    None
-}
-
 async fn bench(
     args: &FailoverArgs,
     executable: &Path,
@@ -172,7 +157,15 @@ async fn bench(
         executable.display()
     );
     let cluster = cluster_slot.insert(
-        LocalCluster::start(executable, dir, args.nodes, &args.node_arg, READY_TIMEOUT).await?,
+        LocalCluster::start(
+            "bench failover",
+            executable,
+            dir,
+            args.nodes,
+            &args.node_arg,
+            READY_TIMEOUT,
+        )
+        .await?,
     );
     let endpoints: Vec<String> = cluster.nodes.iter().map(|n| n.endpoint()).collect();
     let mut status_clients = Vec::with_capacity(endpoints.len());
@@ -440,21 +433,4 @@ async fn cluster_status(client: &Client) -> anyhow::Result<tributary_proto::v1::
             )
         })?
         .with_context(|| format!("cannot read the cluster status from {}", client.endpoint()))
-}
-
-/// Resolves on SIGINT, SIGTERM or SIGHUP with the signal's name.
-async fn interrupted() -> &'static str {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-        signal(SignalKind::hangup()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = int.recv() => "SIGINT",
-        _ = term.recv() => "SIGTERM",
-        _ = hup.recv() => "SIGHUP",
-    }
 }

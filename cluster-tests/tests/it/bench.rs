@@ -1,8 +1,12 @@
 //! `tributary bench` against a real node: sends succeed and share fsyncs (group commit).
 
+use std::time::Duration;
+
 use serde_json::Value;
 use tributary_client::Client;
-use tributary_cluster_tests::{NodeProcess, TestDir, cli_ok};
+use tributary_cluster_tests::{
+    NodeProcess, TestDir, cli_ok, describe_output, output_within, tributary_command,
+};
 
 #[tokio::test]
 async fn bench_shows_group_commit() {
@@ -277,4 +281,91 @@ async fn bench_checkpoints_reports_every_phase() {
     let client = Client::connect(&node.endpoint()).await.unwrap();
     let hubs = client.list_event_hubs().await.unwrap();
     assert!(hubs.is_empty(), "the bench's hub is gone: {hubs:?}");
+}
+
+/// The quick soak takes about 30 s.
+const BENCH_RETENTION_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// `tributary bench retention` on a small scale: its own one-node cluster, a hub with a 4 s
+/// retention under a steady load for 28 s. The curve is sampled, the disk use stays flat
+/// once the first events have expired, and it stays far below what was sent: retention
+/// removed the expired events and returned their space.
+#[tokio::test]
+async fn bench_retention_shows_flat_disk_use() {
+    let dir = TestDir::new("bench_retention");
+    let mut command = tributary_command();
+    command
+        .args([
+            "bench",
+            "retention",
+            "--retention",
+            "4s",
+            "--retention-interval",
+            "200ms",
+            "--segment-bytes",
+            "262144",
+            "--duration",
+            "28s",
+            "--sample-interval",
+            "2s",
+            "--rate",
+            "300",
+            "--event-bytes",
+            "1024",
+            "--partitions",
+            "1",
+            "--nodes",
+            "1",
+            "--output",
+            "json",
+            "--dir",
+        ])
+        .arg(dir.path());
+    let output = output_within(command, BENCH_RETENTION_TIMEOUT).await;
+    let described = describe_output(&output);
+    eprintln!("bench retention: {described}");
+    assert!(
+        output.status.success(),
+        "bench retention failed: {described}"
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let report: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!("bench retention --output json prints one JSON object ({e}): {described}")
+    });
+
+    // A sample every 2 s and one at the end, each with the node's disk use; from 4.4 s on
+    // (the retention and two retention intervals) they are the steady state.
+    let samples = report["samples"].as_array().expect("a curve of samples");
+    assert_eq!(samples.len(), 15, "{report}");
+    for sample in samples {
+        assert_eq!(
+            sample["disk_bytes"].as_array().unwrap().len(),
+            1,
+            "{report}"
+        );
+    }
+    let steady_from = report["steady_state_from_seconds"].as_f64().unwrap();
+    assert!((steady_from - 4.4).abs() < 1e-9, "{report}");
+    assert!(report["steady_samples"].as_u64().unwrap() >= 10, "{report}");
+    assert_eq!(report["flat"], true, "{report}");
+    assert!(
+        report["verdict"].as_str().unwrap().starts_with("flat: "),
+        "{report}"
+    );
+
+    // Most of what was sent is gone from the disk.
+    let bytes_sent = report["bytes_sent"].as_u64().unwrap();
+    let events_sent = report["events_sent"].as_u64().unwrap();
+    assert!(
+        events_sent > 300 * 28 / 2,
+        "the load ran at a good part of its rate: {report}"
+    );
+    let steady_peak = report["total_flatness"]["last_third_max_bytes"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        steady_peak > 0 && steady_peak < bytes_sent / 2,
+        "retention removed the expired events: the disk peaks at {steady_peak} bytes in the \
+         steady state, {bytes_sent} bytes were sent: {report}"
+    );
 }

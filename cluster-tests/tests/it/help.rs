@@ -56,6 +56,22 @@ const COMMANDS: &[(&[&str], &[&str])] = &[
             "--metrics-url",
         ],
     ),
+    (
+        &["bench", "retention"],
+        &[
+            "--nodes",
+            "--partitions",
+            "--retention",
+            "--retention-interval",
+            "--segment-bytes",
+            "--duration",
+            "--rate",
+            "--event-bytes",
+            "--producers",
+            "--sample-interval",
+            "--dir",
+        ],
+    ),
 ];
 
 #[tokio::test]

@@ -1,6 +1,6 @@
-//! The failover bench's own cluster: `tributary serve` child processes of this executable on
-//! free loopback ports, one data directory and one log file per node. Dropping the cluster
-//! kills every node still running.
+//! A bench's own cluster (`bench failover`, `bench retention`): `tributary serve` child
+//! processes of this executable on free loopback ports, one data directory and one log file
+//! per node. Dropping the cluster kills every node still running.
 
 use std::fs::OpenOptions;
 use std::io::Write as _;
@@ -48,6 +48,15 @@ impl Node {
         self.child.as_ref().and_then(Child::id)
     }
 
+    /// The node's Prometheus page.
+    pub(crate) fn metrics_url(&self) -> String {
+        format!("http://127.0.0.1:{}/metrics", self.http_port)
+    }
+
+    pub(crate) fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
     fn readyz_url(&self) -> String {
         format!("http://127.0.0.1:{}/readyz", self.http_port)
     }
@@ -55,6 +64,9 @@ impl Node {
 
 /// The nodes of the bench's cluster, ids 1..=n.
 pub(crate) struct LocalCluster {
+    /// Which bench runs the cluster, e.g. `bench failover`: the notes it adds to the node
+    /// logs start with it.
+    label: &'static str,
     executable: PathBuf,
     seeds: String,
     node_args: Vec<String>,
@@ -63,8 +75,10 @@ pub(crate) struct LocalCluster {
 
 impl LocalCluster {
     /// Starts `count` nodes of `executable` under `dir` (`node-N/` and `node-N.log`), with
-    /// `node_args` added to every `serve`, and waits until each is ready.
+    /// `node_args` added to every `serve`, and waits until each is ready. `label` names the
+    /// bench in the notes added to the node logs.
     pub(crate) async fn start(
+        label: &'static str,
         executable: &Path,
         dir: &Path,
         count: u32,
@@ -90,6 +104,7 @@ impl LocalCluster {
             .collect::<Vec<_>>()
             .join(",");
         let mut cluster = LocalCluster {
+            label,
             executable: executable.to_path_buf(),
             seeds,
             node_args: node_args.to_vec(),
@@ -111,7 +126,7 @@ impl LocalCluster {
         let Some(child) = node.child.as_mut() else {
             bail!("node {} is not running", node.id);
         };
-        note(&node.log_path, "bench failover: sending SIGKILL");
+        note(&node.log_path, &format!("{}: sending SIGKILL", self.label));
         child
             .start_kill()
             .with_context(|| format!("cannot kill node {}", node.id))
@@ -142,6 +157,25 @@ impl LocalCluster {
     ) -> anyhow::Result<()> {
         self.spawn(index)?;
         self.wait_ready(index, ready_timeout).await
+    }
+
+    /// Fails, with the end of its log, if a node the cluster started has exited.
+    pub(crate) fn check_running(&mut self) -> anyhow::Result<()> {
+        for node in &mut self.nodes {
+            let Some(child) = node.child.as_mut() else {
+                continue;
+            };
+            if let Some(status) = child.try_wait().context("cannot poll a node process")? {
+                node.child = None;
+                bail!(
+                    "node {} exited ({status}); its log {} ends with:\n{}",
+                    node.id,
+                    node.log_path.display(),
+                    log_tail(&node.log_path)
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Kills every node still running and waits for them to exit.
@@ -192,7 +226,7 @@ impl LocalCluster {
             }
         }
         let described = format!("{:?}", command.as_std());
-        writeln!(log, "=== bench failover: starting {described}")
+        writeln!(log, "=== {}: starting {described}", self.label)
             .with_context(|| format!("cannot write {}", node.log_path.display()))?;
         let stdout = log.try_clone().context("cannot share the node log")?;
         command
@@ -206,7 +240,7 @@ impl LocalCluster {
             .with_context(|| format!("cannot start {described}"))?;
         note(
             &node.log_path,
-            &format!("bench failover: started pid {}", child.id().unwrap_or(0)),
+            &format!("{}: started pid {}", self.label, child.id().unwrap_or(0)),
         );
         self.nodes[index].child = Some(child);
         Ok(())
@@ -240,6 +274,38 @@ impl LocalCluster {
             }
             tokio::time::sleep(READY_POLL_INTERVAL).await;
         }
+    }
+}
+
+/// Keeps the run's directory (returning its path) or removes it.
+pub(crate) fn keep_or_remove(dir: tempfile::TempDir, keep: bool) -> Option<PathBuf> {
+    if keep {
+        return Some(dir.keep());
+    }
+    let path = dir.path().to_path_buf();
+    if let Err(error) = dir.close() {
+        eprintln!(
+            "warning: cannot remove {}: {error}; remove it by hand",
+            path.display()
+        );
+    }
+    None
+}
+
+/// Resolves on SIGINT, SIGTERM or SIGHUP with the signal's name.
+pub(crate) async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+        _ = hup.recv() => "SIGHUP",
     }
 }
 
