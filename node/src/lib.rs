@@ -201,6 +201,7 @@ impl Node {
         tokio::spawn(broker.clone().run_membership_reconciler());
         tokio::spawn(placement.clone().run());
         tokio::spawn(retention::run(broker.clone(), config.retention.interval));
+        tokio::spawn(capture::capturer::run(broker.clone()));
 
         let request_bytes_max = config.publish_bytes_max * 2 + REQUEST_OVERHEAD_BYTES;
         let server = tonic::transport::Server::builder()

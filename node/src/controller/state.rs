@@ -1653,4 +1653,90 @@ mod tests {
             ErrorKind::NotFound
         );
     }
+
+    #[test]
+    fn capture_is_enabled_changed_and_disabled_keeping_its_start() {
+        let mut state = cluster(3);
+        create(&mut state, "h", 2, None).unwrap();
+        let settings = |window_ms: u64, enabled_at_ms: i64| CaptureSettings {
+            destination: CaptureDestination::Directory {
+                path: "/var/lib/capture".into(),
+            },
+            window_ms,
+            window_bytes: 4096,
+            namespace: "ns".into(),
+            enabled_at_ms,
+        };
+        let update = |capture: Option<Option<CaptureSettings>>| Command::UpdateHub {
+            hub: "h".into(),
+            update: HubUpdate {
+                capture,
+                ..HubUpdate::default()
+            },
+        };
+        state
+            .apply(update(Some(Some(settings(2000, 100)))))
+            .unwrap();
+        assert_eq!(state.hubs["h"].settings.capture, Some(settings(2000, 100)));
+        // Changing an enabled capture keeps its start.
+        state
+            .apply(update(Some(Some(settings(5000, 900)))))
+            .unwrap();
+        assert_eq!(state.hubs["h"].settings.capture, Some(settings(5000, 100)));
+        // Other updates leave it alone.
+        state.apply(update(None)).unwrap();
+        assert_eq!(state.hubs["h"].settings.capture, Some(settings(5000, 100)));
+        state.apply(update(Some(None))).unwrap();
+        assert_eq!(state.hubs["h"].settings.capture, None);
+        // Enabled again: from the new start.
+        state
+            .apply(update(Some(Some(settings(5000, 900)))))
+            .unwrap();
+        assert_eq!(state.hubs["h"].settings.capture, Some(settings(5000, 900)));
+
+        let refused = [
+            (
+                CaptureSettings {
+                    window_ms: 999,
+                    ..settings(0, 0)
+                },
+                "time window must be between 1s and 15m",
+            ),
+            (settings(15 * 60 * 1000 + 1, 0), "time window"),
+            (
+                CaptureSettings {
+                    window_bytes: 1023,
+                    ..settings(1000, 0)
+                },
+                "size window must be between 1024 bytes",
+            ),
+            (
+                CaptureSettings {
+                    window_bytes: CAPTURE_WINDOW_MAX_BYTES + 1,
+                    ..settings(1000, 0)
+                },
+                "500 MiB",
+            ),
+            (
+                CaptureSettings {
+                    namespace: "a/b".into(),
+                    ..settings(1000, 0)
+                },
+                "invalid capture namespace",
+            ),
+            (
+                CaptureSettings {
+                    namespace: String::new(),
+                    ..settings(1000, 0)
+                },
+                "invalid capture namespace",
+            ),
+        ];
+        for (capture, why) in refused {
+            let err = state.apply(update(Some(Some(capture)))).unwrap_err();
+            assert_eq!(err.kind, ErrorKind::InvalidArgument);
+            assert!(err.message.contains(why), "{why}: {}", err.message);
+        }
+        assert_eq!(state.hubs["h"].settings.capture, Some(settings(5000, 900)));
+    }
 }

@@ -957,6 +957,241 @@ mod tests {
         );
     }
 
+    fn range(from_sequence: i64, next_sequence: i64, file_time_ms: i64) -> CaptureRange {
+        CaptureRange {
+            from_sequence,
+            next_sequence,
+            file_time_ms,
+        }
+    }
+
+    /// Applies `proposals` as entries from index `first_index` and returns their results.
+    async fn apply_all(
+        sm: &mut PartitionStateMachine,
+        shard: &Shard,
+        group: GroupId,
+        first_index: u64,
+        proposals: Vec<Proposal>,
+    ) -> Vec<ProposalResult> {
+        use tributary_raft::openraft_api::testing::{RaftEntry, log_id};
+        let entries: Vec<_> = proposals
+            .into_iter()
+            .enumerate()
+            .map(|(i, proposal)| {
+                tributary_raft::Entry::new_normal(
+                    log_id::<TypeConfig>(1, 1, first_index + i as u64),
+                    proposal,
+                )
+            })
+            .collect();
+        store_entries(shard, group, &entries).await;
+        let mut results = Vec::new();
+        for entry in entries {
+            // The result the entry gets, from the state before it; applying it must
+            // reach the same state.
+            let mut expected = sm.state.clone();
+            let EntryPayload::Normal(proposal) = &entry.payload else {
+                unreachable!()
+            };
+            let (result, _) = expected
+                .apply_proposal(entry.log_id.index, proposal)
+                .unwrap();
+            expected.last_applied = Some(entry.log_id);
+            sm.apply(stream(vec![entry])).await.unwrap();
+            assert_eq!(sm.state, expected);
+            results.push(result);
+        }
+        results
+    }
+
+    fn outcome(applied: bool, next_sequence: i64) -> ProposalResult {
+        ProposalResult::Capture {
+            applied,
+            next_sequence,
+        }
+    }
+
+    /// A claim or mark applies only at the committed capture point: a deposed leader's
+    /// (or a repeated) one changes nothing, and a claimed window is the only one a mark can
+    /// complete.
+    #[tokio::test]
+    async fn capture_moves_only_from_the_current_point() {
+        let group = GroupId::new(HubId(6), PartitionId(0), 0);
+        let dir = tempfile::tempdir().unwrap();
+        let shard = Shard::open(&dir.path().join("a.redb"), ShardConfig::default()).unwrap();
+        let (mut sm, _) = PartitionStateMachine::open(group, shard.clone()).unwrap();
+        let mut capture = sm.capture_progress();
+        let results = apply_all(
+            &mut sm,
+            &shard,
+            group,
+            1,
+            vec![
+                batch(&["a", "b", "c", "d", "e"], 1000),
+                // Skips events before capture was enabled: no claim needed.
+                Proposal::CaptureMark(range(0, 2, 0)),
+                // The same mark again (a retry, or a deposed leader's): ignored.
+                Proposal::CaptureMark(range(0, 2, 0)),
+                // Not at the capture point.
+                Proposal::CaptureWindow(range(1, 4, 5000)),
+                // Past the partition's events.
+                Proposal::CaptureWindow(range(2, 6, 5000)),
+                Proposal::CaptureWindow(range(2, 4, 5000)),
+                // Another claim while one is open (a deposed leader's): ignored.
+                Proposal::CaptureWindow(range(2, 5, 5000)),
+                // A mark of another window than the claimed one: ignored.
+                Proposal::CaptureMark(range(2, 5, 5000)),
+                Proposal::CaptureMark(range(2, 4, 5000)),
+                // The next file must be named after a later time.
+                Proposal::CaptureWindow(range(4, 5, 5000)),
+                Proposal::CaptureWindow(range(4, 5, 6000)),
+            ],
+        )
+        .await;
+        assert_eq!(
+            results[1..],
+            [
+                outcome(true, 2),
+                outcome(false, 2),
+                outcome(false, 2),
+                outcome(false, 2),
+                outcome(true, 2),
+                outcome(false, 2),
+                outcome(false, 2),
+                outcome(true, 4),
+                outcome(false, 4),
+                outcome(true, 4),
+            ]
+        );
+        let expected = CaptureProgress {
+            next_sequence: 4,
+            last_file_time_ms: Some(5000),
+            claimed: Some(range(4, 5, 6000)),
+        };
+        assert_eq!(sm.state.capture, expected);
+        // Published once stored, and found again after a restart.
+        capture.wait_for(|c| *c == expected).await.unwrap();
+        drop(sm);
+        let (reopened, _) = PartitionStateMachine::open(group, shard).unwrap();
+        assert_eq!(reopened.state.capture, expected);
+        assert_eq!(*reopened.capture_progress().borrow(), expected);
+    }
+
+    /// Capture progress travels in snapshots, so a replica rebuilt from one (and then
+    /// leading) goes on from the same point, with the same claimed window.
+    #[tokio::test]
+    async fn capture_progress_survives_snapshot_install() {
+        let group = GroupId::new(HubId(7), PartitionId(2), 0);
+        let dir = tempfile::tempdir().unwrap();
+        let source = Shard::open(&dir.path().join("a.redb"), ShardConfig::default()).unwrap();
+        let target = Shard::open(&dir.path().join("b.redb"), ShardConfig::default()).unwrap();
+        let (mut sm, _) = PartitionStateMachine::open(group, source.clone()).unwrap();
+        apply_all(
+            &mut sm,
+            &source,
+            group,
+            1,
+            vec![
+                batch(&["a", "b", "c"], 1000),
+                Proposal::CaptureWindow(range(0, 2, 1000)),
+                Proposal::CaptureMark(range(0, 2, 1000)),
+                Proposal::CaptureWindow(range(2, 3, 2000)),
+            ],
+        )
+        .await;
+        sm.get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        let snapshot = sm.get_current_snapshot().await.unwrap().unwrap();
+        let (mut replica, mut capture) = PartitionStateMachine::open(group, target.clone())
+            .map(|(r, _)| {
+                let capture = r.capture_progress();
+                (r, capture)
+            })
+            .unwrap();
+        replica
+            .install_snapshot(&snapshot.meta, snapshot.snapshot)
+            .await
+            .unwrap();
+        let expected = CaptureProgress {
+            next_sequence: 2,
+            last_file_time_ms: Some(1000),
+            claimed: Some(range(2, 3, 2000)),
+        };
+        assert_eq!(replica.state.capture, expected);
+        assert_eq!(*capture.borrow_and_update(), expected);
+        drop(replica);
+        let (reopened, _) = PartitionStateMachine::open(group, target).unwrap();
+        assert_eq!(reopened.state.capture, expected);
+    }
+
+    /// States and snapshot payloads written before Capture existed still decode, with
+    /// nothing captured.
+    #[test]
+    fn state_from_before_capture_still_decodes() {
+        #[derive(Serialize)]
+        struct OldState {
+            last_applied: Option<LogIdT>,
+            membership: MembershipT,
+            progress: Progress,
+            producers: BTreeMap<u64, ProducerState>,
+        }
+        #[derive(Serialize)]
+        struct OldPayload {
+            state: OldState,
+            index: Vec<(i64, u64, i64, i64, u32)>,
+            log: Vec<(u64, bytes::Bytes)>,
+        }
+        let progress = Progress {
+            begin_sequence: 0,
+            next_sequence: 7,
+            next_offset: 700,
+            last_offset: 600,
+            last_time_ms: 99,
+        };
+        let old = OldState {
+            last_applied: None,
+            membership: MembershipT::default(),
+            progress,
+            producers: BTreeMap::new(),
+        };
+        let state = decode_applied(&postcard::to_allocvec(&old).unwrap()).unwrap();
+        assert_eq!(state.progress, progress);
+        assert_eq!(state.capture, CaptureProgress::default());
+
+        let index = vec![(0, 2, 0, 99, 7)];
+        let log = vec![(2, bytes::Bytes::from_static(b"entry"))];
+        let payload = OldPayload {
+            state: old,
+            index: index.clone(),
+            log: log.clone(),
+        };
+        let decoded = SnapshotPayload::decode(&postcard::to_allocvec(&payload).unwrap()).unwrap();
+        assert_eq!(decoded.state.progress, progress);
+        assert_eq!(decoded.state.capture, CaptureProgress::default());
+        assert_eq!((decoded.index, decoded.log), (index.clone(), log.clone()));
+
+        // And the current form round-trips, capture included.
+        let mut current = AppliedState {
+            progress,
+            ..AppliedState::default()
+        };
+        current.capture.next_sequence = 3;
+        current.capture.claimed = Some(range(3, 5, 1000));
+        let bytes = SnapshotPayload {
+            state: current.clone(),
+            index,
+            log,
+        }
+        .encode()
+        .unwrap();
+        assert_eq!(SnapshotPayload::decode(&bytes).unwrap().state, current);
+        let bytes = postcard::to_allocvec(&current).unwrap();
+        assert_eq!(decode_applied(&bytes).unwrap(), current);
+    }
+
     /// openraft's own conformance suite for log storage and state machines.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn openraft_storage_suite() {
