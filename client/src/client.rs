@@ -189,6 +189,11 @@ impl Client {
                 .unwrap_or(0),
             compaction_lag_ms: options.compaction_lag.map_or(0, |d| d.as_millis() as u64),
             retention_bytes_max: options.retention_bytes_max.unwrap_or(0),
+            capture: options
+                .capture
+                .as_ref()
+                .map(CaptureOptions::to_proto)
+                .transpose()?,
         };
         let response = self.management().create_event_hub(request).await;
         self.unwrap(response)
@@ -229,6 +234,11 @@ impl Client {
                 .transpose()?,
             compaction_lag_ms: changes.compaction_lag.map(|d| d.as_millis() as u64),
             retention_bytes_max: changes.retention_bytes_max,
+            capture: match &changes.capture {
+                Some(Some(capture)) => Some(capture.to_proto()?),
+                _ => None,
+            },
+            capture_off: matches!(changes.capture, Some(None)),
         };
         let response = self.management().update_event_hub(request).await;
         self.unwrap(response)
@@ -571,6 +581,46 @@ pub struct HubOptions {
     pub compaction_lag: Option<Duration>,
     /// Per partition, the most bytes retained [no cap].
     pub retention_bytes_max: Option<u64>,
+    /// Capture the hub's events to Avro files from its creation [off].
+    pub capture: Option<CaptureOptions>,
+}
+
+/// Event Hubs Capture settings: where each partition's files go and when a window closes
+/// (whichever of the time and size windows closes first); `None` takes the service default.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CaptureOptions {
+    /// `file:///absolute/dir`, or `s3://bucket/prefix?region=REGION[&endpoint=URL]` (the
+    /// nodes read S3 credentials from their `AWS_*` environment).
+    pub destination: String,
+    /// The time window [5 min; 1 s to 15 min].
+    pub window: Option<Duration>,
+    /// The size window in bytes [300 MiB; 1 KiB to 500 MiB].
+    pub window_bytes: Option<u64>,
+    /// The first folder of every file's path [the cluster id].
+    pub namespace: Option<String>,
+}
+
+impl CaptureOptions {
+    fn to_proto(&self) -> Result<proto::CaptureSettings, ClientError> {
+        if self.destination.is_empty() {
+            return Err(ClientError::InvalidArgument(
+                "the capture destination is missing: give file:///absolute/dir or \
+                 s3://bucket/prefix?region=REGION"
+                    .into(),
+            ));
+        }
+        Ok(proto::CaptureSettings {
+            destination: self.destination.clone(),
+            window_ms: self
+                .window
+                .map(|d| positive_ms("the capture window", d))
+                .transpose()?
+                .unwrap_or(0),
+            window_bytes: self.window_bytes.unwrap_or(0),
+            namespace: self.namespace.clone().unwrap_or_default(),
+            enabled_at_ms: 0,
+        })
+    }
 }
 
 /// Changes to an event hub's settings; `None` leaves a setting as it is.
@@ -583,6 +633,8 @@ pub struct HubChanges {
     pub compaction_lag: Option<Duration>,
     /// 0 removes the cap.
     pub retention_bytes_max: Option<u64>,
+    /// `Some(None)` disables Capture; `Some(Some(..))` enables it or replaces its settings.
+    pub capture: Option<Option<CaptureOptions>>,
 }
 
 /// A duration in whole milliseconds, at least one.

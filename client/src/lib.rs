@@ -45,7 +45,7 @@ pub use buffered::{
     BATCH_BYTES_MAX_DEFAULT, BufferedOptions, BufferedProducer, Delivery, DeliveryFuture,
 };
 pub use checkpoints::{CheckpointStore, ClusterCheckpointStore, InMemoryCheckpointStore};
-pub use client::{Client, HubChanges, HubOptions};
+pub use client::{CaptureOptions, Client, HubChanges, HubOptions};
 pub use consumer::{ConsumerClient, ReceiveOptions, ReceiveStream};
 pub use diagnostics::{ReplicaListing, ReplicaSummary, body_checksum, replica_digest};
 pub use error::ClientError;
@@ -60,6 +60,6 @@ pub use time::rfc3339_millis;
 /// Implement [`EventHandler`] and [`CheckpointStore`] with `#[tributary_client::async_trait]`.
 pub use tonic::async_trait;
 pub use tributary_proto::v1::{
-    CleanupPolicy, ConsumerGroupProperties, ErrorReason, EventHubProperties, PartitionProperties,
-    ReplicaEvent, ReplicaEventsResponse, SendResponse,
+    CaptureSettings, CleanupPolicy, ConsumerGroupProperties, ErrorReason, EventHubProperties,
+    PartitionProperties, ReplicaEvent, ReplicaEventsResponse, SendResponse,
 };

@@ -206,6 +206,7 @@ impl Node {
             config.retention.interval,
             config.data_dir.clone(),
         ));
+        tokio::spawn(capture::capturer::run(broker.clone()));
 
         let request_bytes_max = config.publish_bytes_max * 2 + REQUEST_OVERHEAD_BYTES;
         let server = tonic::transport::Server::builder()

@@ -63,7 +63,13 @@ pub async fn pass(broker: &Broker) {
         .into_iter()
         .filter_map(|partition| {
             let hub = hubs.get(&partition.group.hub)?;
-            Some((partition, policy(hub)))
+            let mut policy = policy(hub);
+            // Events not captured yet stay, whatever their age (Capture back-fills after an
+            // outage of its destination).
+            if hub.settings.capture.is_some() {
+                policy.keep_from_sequence = Some(partition.capture_progress().next_sequence);
+            }
+            Some((partition, policy))
         });
     futures::stream::iter(work)
         .for_each_concurrent(PARTITIONS_IN_FLIGHT_MAX, |(partition, policy)| async move {

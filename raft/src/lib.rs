@@ -24,9 +24,9 @@ pub use network::{
 pub use peer_service::PeerService;
 pub use quiet::Hibernation;
 pub use types::{
-    AppendBatch, AppendOutcome, Entry, LogId, ProducerStamp, Proposal, ProposalResult, Raft,
-    RaftSettings, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
-    WriteResponder, group_config, group_config_with,
+    AppendBatch, AppendOutcome, CaptureRange, Entry, LogId, ProducerStamp, Proposal,
+    ProposalResult, Raft, RaftSettings, Snapshot, SnapshotData, SnapshotMeta, StoredMembership,
+    TypeConfig, WriteResponder, group_config, group_config_with,
 };
 
 /// Re-exports of openraft items the node needs, so it names them through this crate.

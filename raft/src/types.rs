@@ -33,6 +33,27 @@ pub enum Proposal {
     Append(AppendBatch),
     /// A controller command, encoded by the node.
     Controller(Bytes),
+    /// Capture claims the window of a partition's events from `from_sequence` (its capture
+    /// point) to `next_sequence` (exclusive) for one file named after `file_time_ms`. Applied
+    /// only at the current capture point with no window claimed, so a claim fixes what the
+    /// file holds before anyone writes it: every leader writes the same events to the same
+    /// path.
+    CaptureWindow(CaptureRange),
+    /// Capture's progress after a file was written (or events before capture was enabled
+    /// were skipped): the capture point moves to `next_sequence`. Applied only at the current
+    /// capture point, and only for the claimed window when one is claimed; a mark from a
+    /// deposed leader is ignored.
+    CaptureMark(CaptureRange),
+}
+
+/// A run of a partition's events for Capture: sequence numbers `from_sequence` to
+/// `next_sequence` (exclusive; some may be gone to retention or compaction), and the time
+/// (milliseconds since the Unix epoch, whole seconds) that names its file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureRange {
+    pub from_sequence: i64,
+    pub next_sequence: i64,
+    pub file_time_ms: i64,
 }
 
 /// Numbers assigned when an append entry is applied: the same on every replica.
@@ -54,6 +75,16 @@ impl std::fmt::Display for Proposal {
                 batch.enqueued_time_ms
             ),
             Proposal::Controller(command) => write!(f, "controller({} bytes)", command.len()),
+            Proposal::CaptureWindow(range) => write!(
+                f,
+                "capture-window({}..{}, t={})",
+                range.from_sequence, range.next_sequence, range.file_time_ms
+            ),
+            Proposal::CaptureMark(range) => write!(
+                f,
+                "capture-mark({}..{}, t={})",
+                range.from_sequence, range.next_sequence, range.file_time_ms
+            ),
         }
     }
 }
@@ -72,6 +103,13 @@ pub enum ProposalResult {
     },
     /// A controller command's reply, encoded by the node.
     Controller(Bytes),
+    /// A capture claim or mark: `applied` is false when it did not start at the capture
+    /// point (a deposed leader's, or a repeat), and the state was left alone;
+    /// `next_sequence` is the capture point after the entry.
+    Capture {
+        applied: bool,
+        next_sequence: i64,
+    },
 }
 
 openraft::declare_raft_types!(

@@ -8,7 +8,8 @@ use serde_json::json;
 use super::OutputFormat;
 use super::output::{Table, duration_text, render_fields, time_json, time_text};
 use crate::{
-    CleanupPolicy, Client, EventHubProperties, HubChanges, HubOptions, PartitionProperties,
+    CaptureOptions, CaptureSettings, CleanupPolicy, Client, EventHubProperties, HubChanges,
+    HubOptions, PartitionProperties,
 };
 
 /// `--cleanup-policy` values.
@@ -53,6 +54,43 @@ pub struct CleanupArgs {
     pub(crate) retention_bytes_max: Option<u64>,
 }
 
+/// Capture flags shared by `hub create` and `hub update`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CaptureArgs {
+    /// Capture the hub's events to Avro files (Event Hubs Capture) at
+    /// file:///absolute/dir (each node's file system: share it, or read every node's) or
+    /// s3://bucket/prefix?region=REGION[&endpoint=http://HOST:PORT] (credentials from the
+    /// nodes' AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY). Only events enqueued from now
+    /// on are captured.
+    #[arg(long, value_name = "URL")]
+    pub(crate) capture_destination: Option<String>,
+    /// Capture's time window, 1s to 15m: a file is written once its first event is this
+    /// old [default: 5m].
+    #[arg(long, value_parser = humantime::parse_duration, requires = "capture_destination")]
+    pub(crate) capture_window: Option<Duration>,
+    /// Capture's size window in bytes, 1024 to 524288000: a file is written once its
+    /// events take this many bytes, if its time window has not closed first
+    /// [default: 314572800, 300 MiB].
+    #[arg(long, requires = "capture_destination")]
+    pub(crate) capture_window_bytes: Option<u64>,
+    /// The first folder of every capture file's path [default: the cluster id].
+    #[arg(long, requires = "capture_destination")]
+    pub(crate) capture_namespace: Option<String>,
+}
+
+impl CaptureArgs {
+    fn options(&self) -> Option<CaptureOptions> {
+        self.capture_destination
+            .as_ref()
+            .map(|destination| CaptureOptions {
+                destination: destination.clone(),
+                window: self.capture_window,
+                window_bytes: self.capture_window_bytes,
+                namespace: self.capture_namespace.clone(),
+            })
+    }
+}
+
 /// Partition property requests in flight at once for `hub show`.
 const PARTITION_REQUESTS_IN_FLIGHT_MAX: usize = 16;
 
@@ -79,6 +117,8 @@ pub enum HubCommand {
         throughput_units: u32,
         #[command(flatten)]
         cleanup: CleanupArgs,
+        #[command(flatten)]
+        capture: CaptureArgs,
     },
     /// Change an event hub's settings; the ones given apply at once, the others stay.
     Update {
@@ -92,6 +132,13 @@ pub enum HubCommand {
         retention: Option<Duration>,
         #[command(flatten)]
         cleanup: CleanupArgs,
+        /// Enable Capture, or replace its settings (an enabled capture goes on from where
+        /// it is).
+        #[command(flatten)]
+        capture: CaptureArgs,
+        /// Stop capturing the hub's events (files already written stay).
+        #[arg(long, conflicts_with = "capture_destination")]
+        capture_off: bool,
     },
     /// List the event hubs of the cluster.
     List,
@@ -120,8 +167,10 @@ pub(crate) async fn run(
             replication_factor,
             throughput_units,
             cleanup,
+            capture,
         } => {
             let options = HubOptions {
+                capture: capture.options(),
                 retention,
                 replication_factor,
                 throughput_units,
@@ -146,8 +195,15 @@ pub(crate) async fn run(
             throughput_units,
             retention,
             cleanup,
+            capture,
+            capture_off,
         } => {
             let changes = HubChanges {
+                capture: if capture_off {
+                    Some(None)
+                } else {
+                    capture.options().map(Some)
+                },
                 throughput_units,
                 retention,
                 cleanup_policy: cleanup.cleanup_policy.map(Into::into),
@@ -161,9 +217,10 @@ pub(crate) async fn run(
                 && changes.tombstone_retention.is_none()
                 && changes.compaction_lag.is_none()
                 && changes.retention_bytes_max.is_none()
+                && changes.capture.is_none()
             {
                 anyhow::bail!(
-                    "nothing to change: give at least one of --throughput-units, --retention, --cleanup-policy, --tombstone-retention, --compaction-lag, --retention-bytes-max"
+                    "nothing to change: give at least one of --throughput-units, --retention, --cleanup-policy, --tombstone-retention, --compaction-lag, --retention-bytes-max, --capture-destination, --capture-off"
                 );
             }
             let hub = client.update_event_hub(&name, &changes).await?;
@@ -257,8 +314,23 @@ fn hub_fields(hub: &EventHubProperties) -> Vec<(&'static str, String)> {
                 bytes => format!("{bytes} per partition"),
             },
         ),
+        ("capture", capture_text(hub.capture.as_ref())),
         ("created", time_text(hub.created_at_ms)),
     ]
+}
+
+fn capture_text(capture: Option<&CaptureSettings>) -> String {
+    match capture {
+        None => "off".to_owned(),
+        Some(c) => format!(
+            "{} (namespace {}, window {} or {} bytes, since {})",
+            c.destination,
+            c.namespace,
+            duration_text(c.window_ms),
+            c.window_bytes,
+            time_text(c.enabled_at_ms)
+        ),
+    }
 }
 
 fn cleanup_policy_text(policy: CleanupPolicy) -> &'static str {
@@ -282,6 +354,11 @@ fn hub_json(hub: &EventHubProperties) -> serde_json::Value {
         "retention_bytes_max": hub.retention_bytes_max,
         "created_at": time_json(hub.created_at_ms),
         "partition_ids": hub.partition_ids,
+        "capture_destination": hub.capture.as_ref().map(|c| c.destination.clone()),
+        "capture_window_ms": hub.capture.as_ref().map(|c| c.window_ms),
+        "capture_window_bytes": hub.capture.as_ref().map(|c| c.window_bytes),
+        "capture_namespace": hub.capture.as_ref().map(|c| c.namespace.clone()),
+        "capture_enabled_at": hub.capture.as_ref().map(|c| time_json(c.enabled_at_ms)),
     })
 }
 
@@ -293,6 +370,7 @@ fn partition_table(partitions: &[PartitionProperties]) -> Table {
         "LAST OFFSET",
         "LAST ENQUEUED",
         "EMPTY",
+        "CAPTURED THROUGH",
     ]);
     for p in partitions {
         let last_enqueued = if p.is_empty {
@@ -307,6 +385,10 @@ fn partition_table(partitions: &[PartitionProperties]) -> Table {
             p.last_enqueued_offset.clone(),
             last_enqueued,
             if p.is_empty { "yes" } else { "no" }.to_owned(),
+            match p.capture_next_sequence_number {
+                0 => "-".to_owned(),
+                next => (next - 1).to_string(),
+            },
         ]);
     }
     table
@@ -320,5 +402,6 @@ fn partition_json(p: &PartitionProperties) -> serde_json::Value {
         "last_enqueued_offset": p.last_enqueued_offset,
         "last_enqueued_time": if p.is_empty { serde_json::Value::Null } else { time_json(p.last_enqueued_time_ms) },
         "is_empty": p.is_empty,
+        "captured_through_sequence_number": p.capture_next_sequence_number - 1,
     })
 }

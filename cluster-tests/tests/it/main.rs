@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_failover;
+mod capture;
 mod checkpoint_store;
 mod cli;
 mod crash;

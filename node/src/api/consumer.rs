@@ -66,6 +66,7 @@ impl Consumer for ConsumerService {
                 &req.event_hub,
                 &req.partition_id,
                 &partition.settled_progress().await,
+                &partition.capture_progress(),
             )),
             readers,
         }))

@@ -5,11 +5,15 @@ use std::collections::HashMap;
 use tributary_proto::v1 as pb;
 
 use crate::api::error::ApiError;
-use crate::controller::state::{CleanupPolicy, HubRecord, HubSettings, HubUpdate};
+use crate::capture::parse_destination;
+use crate::controller::state::{
+    CAPTURE_WINDOW_DEFAULT_BYTES, CAPTURE_WINDOW_DEFAULT_MS, CaptureSettings, CleanupPolicy,
+    HubRecord, HubSettings, HubUpdate,
+};
 use crate::partition::ReadEvent;
 use crate::partition::codec::{EventRecord, Property};
 use crate::partition::position::Position;
-use crate::partition::state_machine::Progress;
+use crate::partition::state_machine::{CaptureProgress, Progress};
 
 pub fn hub_properties(record: &HubRecord) -> pb::EventHubProperties {
     pb::EventHubProperties {
@@ -24,7 +28,44 @@ pub fn hub_properties(record: &HubRecord) -> pb::EventHubProperties {
         tombstone_retention_ms: record.settings.tombstone_retention_ms,
         compaction_lag_ms: record.settings.compaction_lag_ms,
         retention_bytes_max: record.settings.retention_bytes_max,
+        capture: record.settings.capture.as_ref().map(capture_to_proto),
     }
+}
+
+fn capture_to_proto(capture: &CaptureSettings) -> pb::CaptureSettings {
+    pb::CaptureSettings {
+        destination: capture.destination.to_string(),
+        window_ms: capture.window_ms,
+        window_bytes: capture.window_bytes,
+        namespace: capture.namespace.clone(),
+        enabled_at_ms: capture.enabled_at_ms,
+    }
+}
+
+/// What a request's capture settings ask for: defaults where it leaves them unset, the
+/// cluster id as the namespace when it names none, and `now_ms` as the time capture is
+/// enabled. The controller checks the ranges.
+fn capture_settings(
+    capture: &pb::CaptureSettings,
+    now_ms: i64,
+    cluster_id: &str,
+) -> Result<CaptureSettings, ApiError> {
+    Ok(CaptureSettings {
+        destination: parse_destination(&capture.destination).map_err(ApiError::invalid)?,
+        window_ms: match capture.window_ms {
+            0 => CAPTURE_WINDOW_DEFAULT_MS,
+            ms => ms,
+        },
+        window_bytes: match capture.window_bytes {
+            0 => CAPTURE_WINDOW_DEFAULT_BYTES,
+            bytes => bytes,
+        },
+        namespace: match capture.namespace.as_str() {
+            "" => cluster_id.to_owned(),
+            namespace => namespace.to_owned(),
+        },
+        enabled_at_ms: now_ms,
+    })
 }
 
 fn cleanup_policy_to_proto(policy: CleanupPolicy) -> pb::CleanupPolicy {
@@ -47,8 +88,14 @@ fn cleanup_policy(value: i32) -> Result<CleanupPolicy, ApiError> {
     }
 }
 
-/// The settings a create request asks for (defaults where it leaves them 0).
-pub fn hub_settings(req: &pb::CreateEventHubRequest) -> Result<HubSettings, ApiError> {
+/// The settings a create request asks for (defaults where it leaves them 0); capture, if
+/// asked for, is enabled at `now_ms` and named after `cluster_id` unless the request names a
+/// namespace.
+pub fn hub_settings(
+    req: &pb::CreateEventHubRequest,
+    now_ms: i64,
+    cluster_id: &str,
+) -> Result<HubSettings, ApiError> {
     let defaults = HubSettings::default();
     Ok(HubSettings {
         cleanup_policy: cleanup_policy(req.cleanup_policy)?,
@@ -58,12 +105,33 @@ pub fn hub_settings(req: &pb::CreateEventHubRequest) -> Result<HubSettings, ApiE
         },
         compaction_lag_ms: req.compaction_lag_ms,
         retention_bytes_max: req.retention_bytes_max,
+        capture: req
+            .capture
+            .as_ref()
+            .map(|capture| capture_settings(capture, now_ms, cluster_id))
+            .transpose()?,
     })
 }
 
-/// The changes an update request asks for.
-pub fn hub_update(req: &pb::UpdateEventHubRequest) -> Result<HubUpdate, ApiError> {
+/// The changes an update request asks for (capture as in [`hub_settings`]).
+pub fn hub_update(
+    req: &pb::UpdateEventHubRequest,
+    now_ms: i64,
+    cluster_id: &str,
+) -> Result<HubUpdate, ApiError> {
+    let capture = match (&req.capture, req.capture_off) {
+        (Some(_), true) => {
+            return Err(ApiError::invalid(
+                "capture settings and capture_off were both given; give one: the settings \
+                 enable capture, capture_off disables it",
+            ));
+        }
+        (Some(capture), false) => Some(Some(capture_settings(capture, now_ms, cluster_id)?)),
+        (None, true) => Some(None),
+        (None, false) => None,
+    };
     Ok(HubUpdate {
+        capture,
         throughput_units: req.throughput_units,
         retention_ms: req.retention_ms,
         cleanup_policy: req.cleanup_policy.map(cleanup_policy).transpose()?,
@@ -77,6 +145,7 @@ pub fn partition_properties(
     hub: &str,
     partition_id: &str,
     p: &Progress,
+    capture: &CaptureProgress,
 ) -> pb::PartitionProperties {
     let empty = p.is_empty();
     pb::PartitionProperties {
@@ -91,6 +160,7 @@ pub fn partition_properties(
         last_enqueued_offset: p.last_offset.to_string(),
         last_enqueued_time_ms: p.last_time_ms,
         is_empty: empty,
+        capture_next_sequence_number: capture.next_sequence,
     }
 }
 

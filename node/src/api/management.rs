@@ -25,7 +25,8 @@ impl Management for ManagementService {
             0 => None,
             rf => Some(u8::try_from(rf).unwrap_or(u8::MAX)),
         };
-        let settings = convert::hub_settings(&req)?;
+        let cluster_id = self.broker.runtime().state().cluster_id.clone();
+        let settings = convert::hub_settings(&req, self.broker.now_ms(), &cluster_id)?;
         let record = self
             .broker
             .create_hub(
@@ -102,7 +103,8 @@ impl Management for ManagementService {
     ) -> Result<Response<pb::EventHubProperties>, Status> {
         let req = request.into_inner();
         self.broker.hub(&req.name)?;
-        let update = convert::hub_update(&req)?;
+        let cluster_id = self.broker.runtime().state().cluster_id.clone();
+        let update = convert::hub_update(&req, self.broker.now_ms(), &cluster_id)?;
         let record = self.broker.update_hub(&req.name, update).await?;
         Ok(Response::new(convert::hub_properties(&record)))
     }
@@ -195,6 +197,7 @@ impl Management for ManagementService {
             &req.event_hub,
             &req.partition_id,
             &partition.settled_progress().await,
+            &partition.capture_progress(),
         )))
     }
 

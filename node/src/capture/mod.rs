@@ -2,13 +2,17 @@
 //! record schema of Event Hubs Capture, to a local directory or an S3-compatible object
 //! store.
 //!
-//! This module holds the parts that do not depend on the cluster: the file encoding
-//! ([`encode_file`]), the file naming ([`file_path`]) and the destinations ([`Sink`]).
+//! The file encoding ([`encode_file`]), the file naming ([`file_path`]) and the
+//! destinations ([`Sink`]) do not depend on the cluster; [`window`] decides when a window
+//! closes (pure), and [`capturer`] is the node's task that writes each led partition's
+//! closed windows and records its progress in the partition's Raft group.
 
 mod avro;
+pub mod capturer;
 mod error;
 mod path;
 mod sink;
+pub mod window;
 
 pub use avro::{SCHEMA_JSON, encode_file, format_enqueued_time_utc};
 pub use error::CaptureError;

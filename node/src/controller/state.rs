@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::store::{StoreCommand, StoreReply};
 
 use super::planner;
+use crate::capture::CaptureDestination;
 use tributary_types::limits::{CONSUMER_GROUPS_PER_HUB_MAX, RETENTION_MAX};
 use tributary_types::{
     DEFAULT_CONSUMER_GROUP, HubId, validate_consumer_group_name, validate_hub_name,
@@ -150,6 +151,8 @@ pub struct HubSettings {
     /// Per partition, the oldest events are removed while the retained events take more
     /// than this many bytes (0: no cap).
     pub retention_bytes_max: u64,
+    /// Capture, when enabled: every partition's events also go to Avro files.
+    pub capture: Option<CaptureSettings>,
 }
 
 impl Default for HubSettings {
@@ -159,8 +162,41 @@ impl Default for HubSettings {
             tombstone_retention_ms: TOMBSTONE_RETENTION_DEFAULT_MS,
             compaction_lag_ms: 0,
             retention_bytes_max: 0,
+            capture: None,
         }
     }
+}
+
+/// Capture's time window when none is given (as Event Hubs).
+pub const CAPTURE_WINDOW_DEFAULT_MS: u64 = 5 * 60 * 1000;
+/// Shortest time window. Event Hubs allows 1 minute; shorter windows serve tests.
+pub const CAPTURE_WINDOW_MIN_MS: u64 = 1000;
+/// Longest time window (as Event Hubs).
+pub const CAPTURE_WINDOW_MAX_MS: u64 = 15 * 60 * 1000;
+/// Capture's size window when none is given (as Event Hubs: 300 MiB).
+pub const CAPTURE_WINDOW_DEFAULT_BYTES: u64 = 300 * 1024 * 1024;
+/// Smallest size window. Event Hubs allows 10 MiB; smaller windows serve tests.
+pub const CAPTURE_WINDOW_MIN_BYTES: u64 = 1024;
+/// Largest size window (as Event Hubs: 500 MiB). A window's events are held in memory
+/// while its file is written, one window at a time per node, so this bounds that memory.
+pub const CAPTURE_WINDOW_MAX_BYTES: u64 = 500 * 1024 * 1024;
+/// Longest capture namespace name (Event Hubs namespaces have at most 50 characters).
+pub const CAPTURE_NAMESPACE_MAX_CHARS: usize = 64;
+
+/// A hub's Capture settings: where its files go and when a window closes (whichever of
+/// the time and size windows closes first).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CaptureSettings {
+    pub destination: CaptureDestination,
+    /// A window closes once its first event is this old.
+    pub window_ms: u64,
+    /// A window closes once its events take this many bytes (bodies, keys and properties).
+    pub window_bytes: u64,
+    /// The first segment of every file's path (Event Hubs: the namespace's name).
+    pub namespace: String,
+    /// When capture was enabled (by the proposer's clock): only events enqueued at or after
+    /// it are captured. Kept when the settings of an enabled capture change.
+    pub enabled_at_ms: i64,
 }
 
 /// The settings an `UpdateHub` changes; `None` leaves one as it is.
@@ -172,6 +208,8 @@ pub struct HubUpdate {
     pub tombstone_retention_ms: Option<u64>,
     pub compaction_lag_ms: Option<u64>,
     pub retention_bytes_max: Option<u64>,
+    /// `Some(None)` disables Capture, `Some(Some(..))` enables it or changes its settings.
+    pub capture: Option<Option<CaptureSettings>>,
 }
 
 impl HubRecord {
@@ -332,6 +370,9 @@ pub struct NewHub {
     pub settings: HubSettings,
 }
 
+/// A command's reply: made once per command and decoded once by its proposer, so the size
+/// of the hub variant (a whole `HubRecord`) costs nothing worth a box at every use.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Reply {
     Done,
@@ -549,6 +590,17 @@ impl ClusterState {
                 }
                 if let Some(value) = update.retention_bytes_max {
                     settings.retention_bytes_max = value;
+                }
+                if let Some(capture) = update.capture {
+                    // Changing an enabled capture's settings keeps its start: events
+                    // enqueued since are still captured.
+                    let enabled_at_ms = settings.capture.as_ref().map(|c| c.enabled_at_ms);
+                    settings.capture = capture.map(|mut capture| {
+                        if let Some(enabled_at_ms) = enabled_at_ms {
+                            capture.enabled_at_ms = enabled_at_ms;
+                        }
+                        capture
+                    });
                 }
                 check_settings(&settings)?;
                 let record = self.hubs.get_mut(&hub).expect("looked up above");
@@ -934,6 +986,44 @@ fn check_settings(settings: &HubSettings) -> Result<(), CommandError> {
                 ),
             ));
         }
+    }
+    if let Some(capture) = &settings.capture {
+        check_capture(capture)?;
+    }
+    Ok(())
+}
+
+fn check_capture(capture: &CaptureSettings) -> Result<(), CommandError> {
+    let invalid = |message: String| Err(err(ErrorKind::InvalidArgument, message));
+    let duration = |ms: u64| humantime::format_duration(std::time::Duration::from_millis(ms));
+    if !(CAPTURE_WINDOW_MIN_MS..=CAPTURE_WINDOW_MAX_MS).contains(&capture.window_ms) {
+        return invalid(format!(
+            "the capture time window must be between {} and {}; {} was requested",
+            duration(CAPTURE_WINDOW_MIN_MS),
+            duration(CAPTURE_WINDOW_MAX_MS),
+            duration(capture.window_ms)
+        ));
+    }
+    if !(CAPTURE_WINDOW_MIN_BYTES..=CAPTURE_WINDOW_MAX_BYTES).contains(&capture.window_bytes) {
+        return invalid(format!(
+            "the capture size window must be between {CAPTURE_WINDOW_MIN_BYTES} bytes (1 KiB) \
+             and {CAPTURE_WINDOW_MAX_BYTES} bytes (500 MiB); {} bytes were requested",
+            capture.window_bytes
+        ));
+    }
+    let namespace = &capture.namespace;
+    let well_formed = !namespace.is_empty()
+        && namespace.chars().count() <= CAPTURE_NAMESPACE_MAX_CHARS
+        && namespace
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && namespace != "."
+        && namespace != "..";
+    if !well_formed {
+        return invalid(format!(
+            "invalid capture namespace {namespace:?}: it names the first folder of every capture \
+             file, so use 1 to {CAPTURE_NAMESPACE_MAX_CHARS} letters, digits, '-', '_' or '.'"
+        ));
     }
     Ok(())
 }
@@ -1565,5 +1655,91 @@ mod tests {
             state.apply(delete("g")).unwrap_err().kind,
             ErrorKind::NotFound
         );
+    }
+
+    #[test]
+    fn capture_is_enabled_changed_and_disabled_keeping_its_start() {
+        let mut state = cluster(3);
+        create(&mut state, "h", 2, None).unwrap();
+        let settings = |window_ms: u64, enabled_at_ms: i64| CaptureSettings {
+            destination: CaptureDestination::Directory {
+                path: "/var/lib/capture".into(),
+            },
+            window_ms,
+            window_bytes: 4096,
+            namespace: "ns".into(),
+            enabled_at_ms,
+        };
+        let update = |capture: Option<Option<CaptureSettings>>| Command::UpdateHub {
+            hub: "h".into(),
+            update: HubUpdate {
+                capture,
+                ..HubUpdate::default()
+            },
+        };
+        state
+            .apply(update(Some(Some(settings(2000, 100)))))
+            .unwrap();
+        assert_eq!(state.hubs["h"].settings.capture, Some(settings(2000, 100)));
+        // Changing an enabled capture keeps its start.
+        state
+            .apply(update(Some(Some(settings(5000, 900)))))
+            .unwrap();
+        assert_eq!(state.hubs["h"].settings.capture, Some(settings(5000, 100)));
+        // Other updates leave it alone.
+        state.apply(update(None)).unwrap();
+        assert_eq!(state.hubs["h"].settings.capture, Some(settings(5000, 100)));
+        state.apply(update(Some(None))).unwrap();
+        assert_eq!(state.hubs["h"].settings.capture, None);
+        // Enabled again: from the new start.
+        state
+            .apply(update(Some(Some(settings(5000, 900)))))
+            .unwrap();
+        assert_eq!(state.hubs["h"].settings.capture, Some(settings(5000, 900)));
+
+        let refused = [
+            (
+                CaptureSettings {
+                    window_ms: 999,
+                    ..settings(0, 0)
+                },
+                "time window must be between 1s and 15m",
+            ),
+            (settings(15 * 60 * 1000 + 1, 0), "time window"),
+            (
+                CaptureSettings {
+                    window_bytes: 1023,
+                    ..settings(1000, 0)
+                },
+                "size window must be between 1024 bytes",
+            ),
+            (
+                CaptureSettings {
+                    window_bytes: CAPTURE_WINDOW_MAX_BYTES + 1,
+                    ..settings(1000, 0)
+                },
+                "500 MiB",
+            ),
+            (
+                CaptureSettings {
+                    namespace: "a/b".into(),
+                    ..settings(1000, 0)
+                },
+                "invalid capture namespace",
+            ),
+            (
+                CaptureSettings {
+                    namespace: String::new(),
+                    ..settings(1000, 0)
+                },
+                "invalid capture namespace",
+            ),
+        ];
+        for (capture, why) in refused {
+            let err = state.apply(update(Some(Some(capture)))).unwrap_err();
+            assert_eq!(err.kind, ErrorKind::InvalidArgument);
+            assert!(err.message.contains(why), "{why}: {}", err.message);
+        }
+        assert_eq!(state.hubs["h"].settings.capture, Some(settings(5000, 900)));
     }
 }

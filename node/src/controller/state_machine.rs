@@ -138,9 +138,11 @@ impl RaftStateMachine<TypeConfig> for ControllerStateMachine {
                         StoredMembership::new(Some(entry.log_id), membership.clone());
                     ProposalResult::None
                 }
-                EntryPayload::Blank | EntryPayload::Normal(Proposal::Append(_)) => {
-                    ProposalResult::None
-                }
+                // Partition proposals are never sent to the controller.
+                EntryPayload::Blank
+                | EntryPayload::Normal(
+                    Proposal::Append(_) | Proposal::CaptureWindow(_) | Proposal::CaptureMark(_),
+                ) => ProposalResult::None,
             };
             if let Some(responder) = responder {
                 responders.push((responder, result));

@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Semaphore, watch};
-use tributary_raft::openraft_api::{LinearizableReadError, RaftError, ReadPolicy};
+use tributary_raft::openraft_api::{
+    ClientWriteError, LinearizableReadError, RaftError, ReadPolicy,
+};
 use tributary_raft::{
     GroupHost, Hibernation, ProducerStamp, Proposal, ProposalResult, Raft, decode_entry,
     member_node,
@@ -25,7 +27,7 @@ use tributary_types::{Clock, GroupId, MonotonicStamp, NodeId};
 
 use codec::EventRecord;
 use position::{Lookup, Position, PositionError};
-use state_machine::{PartitionStateMachine, Progress};
+use state_machine::{CaptureProgress, PartitionStateMachine, Progress};
 
 use crate::group::GroupStateMachine;
 
@@ -86,6 +88,8 @@ pub struct Partition {
     compaction_mark: Mutex<retention::CompactionMark>,
     /// The log index through which applied entries are readable.
     visible: watch::Receiver<u64>,
+    /// Capture's committed progress.
+    capture: watch::Receiver<CaptureProgress>,
     shard: Shard,
     /// The appender's stamp, for the deliberately broken build's own proposals.
     #[cfg(feature = "fault-ack-before-commit")]
@@ -146,6 +150,7 @@ impl Partition {
         let (state_machine, progress) =
             PartitionStateMachine::open(group, shard.clone()).map_err(storage)?;
         let visible = state_machine.visible();
+        let capture = state_machine.capture_progress();
         let progress_sender = state_machine.progress_sender();
         let node_id = host.node_id();
         let raft = host
@@ -178,6 +183,7 @@ impl Partition {
             progress_sender,
             compaction_mark: Mutex::default(),
             visible,
+            capture,
             shard,
             #[cfg(feature = "fault-ack-before-commit")]
             stamp,
@@ -353,6 +359,53 @@ impl Partition {
         self.progress()
     }
 
+    /// How far Capture has written this partition's events, as this replica has applied it.
+    /// Events from `next_sequence` on are not in any written capture file yet: while the
+    /// hub captures, retention must keep them
+    /// (`begin <= capture_progress().next_sequence`).
+    pub fn capture_progress(&self) -> CaptureProgress {
+        *self.capture.borrow()
+    }
+
+    /// Follows Capture's progress on this replica.
+    pub fn subscribe_capture(&self) -> watch::Receiver<CaptureProgress> {
+        self.capture.clone()
+    }
+
+    /// Proposes a capture claim or mark ([`Proposal::CaptureWindow`],
+    /// [`Proposal::CaptureMark`]) and returns, once it is applied, whether it applied and the
+    /// capture point after it.
+    pub async fn propose_capture(&self, proposal: Proposal) -> Result<(bool, i64), PartitionError> {
+        debug_assert!(matches!(
+            proposal,
+            Proposal::CaptureWindow(_) | Proposal::CaptureMark(_)
+        ));
+        self.hibernation.wake_for_write(&self.raft).await;
+        match self.raft.client_write(proposal).await {
+            Ok(response) => match response.data {
+                ProposalResult::Capture {
+                    applied,
+                    next_sequence,
+                } => {
+                    // Readers of the capture progress see the entry once it is stored.
+                    let mut visible = self.visible.clone();
+                    let index = response.log_id.index;
+                    let _ = visible.wait_for(|applied| *applied >= index).await;
+                    Ok((applied, next_sequence))
+                }
+                other => Err(storage(format!(
+                    "capture entry applied with an unexpected result {other:?}"
+                ))),
+            },
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
+                Err(PartitionError::NotLeader {
+                    leader: forward.leader_id.map(member_node),
+                })
+            }
+            Err(err) => Err(storage(err)),
+        }
+    }
+
     /// Follows the partition's committed progress; the sender closes when the partition does.
     pub fn subscribe(&self) -> watch::Receiver<Progress> {
         self.progress.clone()
@@ -431,7 +484,9 @@ impl Partition {
                     enqueued_time_ms: outcome.enqueued_time_ms,
                 })
             }
-            ProposalResult::None | ProposalResult::Controller(_) => {
+            ProposalResult::None
+            | ProposalResult::Controller(_)
+            | ProposalResult::Capture { .. } => {
                 Err(storage("append entry applied without a result"))
             }
         }

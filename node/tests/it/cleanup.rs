@@ -247,3 +247,105 @@ async fn a_size_cap_removes_the_oldest_events() {
         "{retained} bytes retained: more removed than the cap needs"
     );
 }
+
+/// A counter or gauge from the node's `/metrics` (0 when absent).
+async fn metric(node: &TestNode, name: &str) -> f64 {
+    let addr = node.node.as_ref().unwrap().http_addr;
+    let body = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    body.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.split_whitespace().last())
+        .map_or(0.0, |v| v.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_not_captured_yet_outlive_their_retention() {
+    let node = node().await;
+    let dir = tempfile::tempdir().unwrap();
+    // The destination cannot be created while a file stands where its parent should be.
+    let blocker = dir.path().join("blocker");
+    std::fs::write(&blocker, b"not a directory").unwrap();
+    let destination = format!("file://{}/capture", blocker.display());
+    node.client
+        .create_event_hub_with_options(
+            "archived",
+            1,
+            &HubOptions {
+                retention: Some(Duration::from_secs(1)),
+                capture: Some(tributary_client::CaptureOptions {
+                    destination: destination.clone(),
+                    window: Some(Duration::from_secs(1)),
+                    window_bytes: None,
+                    namespace: Some("ns".into()),
+                }),
+                ..HubOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut sent = Sent::new();
+    let bodies: Vec<String> = (0..10).map(|i| format!("event-{i}")).collect();
+    let bodies: Vec<&str> = bodies.iter().map(String::as_str).collect();
+    send(&node, "archived", None, &bodies, &mut sent).await;
+    // Well past the retention and the capture window.
+    node.clock.advance_ms(10_000);
+
+    // Capture keeps failing; retention passes run; nothing is removed.
+    let deadline = Instant::now() + WAIT;
+    while metric(&node, "tributary_capture_errors_total").await < 3.0 {
+        assert!(Instant::now() < deadline, "capture never tried to write");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let passes = metric(&node, "tributary_storage_data_bytes").await;
+    assert!(passes > 0.0, "a retention pass has run");
+    let props = node
+        .client
+        .get_partition_properties("archived", "0")
+        .await
+        .unwrap();
+    assert_eq!(
+        props.begin_sequence_number, 0,
+        "uncaptured events were removed"
+    );
+    assert_eq!(props.capture_next_sequence_number, 0);
+
+    // The destination recovers: capture back-fills, then retention removes the events.
+    std::fs::remove_file(&blocker).unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let props = node
+            .client
+            .get_partition_properties("archived", "0")
+            .await
+            .unwrap();
+        if props.capture_next_sequence_number == 10 && props.begin_sequence_number == 10 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "captured through {}, begin {}",
+            props.capture_next_sequence_number,
+            props.begin_sequence_number
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let files: Vec<_> = walk(&blocker);
+    assert_eq!(files.len(), 1, "{files:?}");
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        if entry.file_type().unwrap().is_dir() {
+            out.extend(walk(&entry.path()));
+        } else {
+            out.push(entry.path());
+        }
+    }
+    out
+}

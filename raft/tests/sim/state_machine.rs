@@ -22,6 +22,7 @@ pub enum Payload {
     Membership(openraft::Membership<u64, openraft::BasicNode>),
     Append(Bytes),
     Controller(Bytes),
+    Capture(Proposal),
 }
 
 /// One entry as a replica saw it: in its state machine or in its stored log.
@@ -39,6 +40,9 @@ impl Record {
             EntryPayload::Normal(Proposal::Controller(command)) => {
                 Payload::Controller(command.clone())
             }
+            EntryPayload::Normal(
+                capture @ (Proposal::CaptureWindow(_) | Proposal::CaptureMark(_)),
+            ) => Payload::Capture(capture.clone()),
             EntryPayload::Membership(membership) => Payload::Membership(membership.clone()),
         };
         Self {
@@ -106,9 +110,12 @@ impl RaftStateMachine<TypeConfig> for MemStateMachine {
                 let mut state = self.state();
                 state.last_applied = Some(entry.log_id);
                 let result = match &entry.payload {
-                    EntryPayload::Blank | EntryPayload::Normal(Proposal::Controller(_)) => {
-                        ProposalResult::None
-                    }
+                    EntryPayload::Blank
+                    | EntryPayload::Normal(
+                        Proposal::Controller(_)
+                        | Proposal::CaptureWindow(_)
+                        | Proposal::CaptureMark(_),
+                    ) => ProposalResult::None,
                     EntryPayload::Normal(Proposal::Append(batch)) => {
                         let outcome = AppendOutcome {
                             first_sequence: state.next_sequence,
