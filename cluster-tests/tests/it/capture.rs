@@ -8,12 +8,12 @@
 //! `TRIBUTARY_REQUIRE_PYTHON_DEPS=1` makes a missing environment a failure.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tributary_cluster_tests::python_tools::{MotoServer, python_deps};
 
 use serde_json::Value;
 use tokio::time::Instant;
@@ -30,7 +30,6 @@ const ACKS_PER_STEP: usize = 150;
 const CAPTURE_TIMEOUT: Duration = Duration::from_secs(60);
 const STEP_TIMEOUT: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(100);
-const SERVER_START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// An acknowledged event: where the service put it and what it was.
 #[derive(Debug, Clone)]
@@ -447,73 +446,4 @@ fn create_bucket(python: &Path, endpoint: &str, bucket: &str) {
         "creating the bucket failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-}
-
-/// The virtual environment of `scripts/python-test-deps`, or `None` (the caller skips)
-/// when it is missing and `TRIBUTARY_REQUIRE_PYTHON_DEPS` is not `1`.
-fn python_deps() -> Option<PathBuf> {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let venv = workspace.join("target/python-test-deps");
-    let ready = venv.join("bin/python").is_file() && venv.join("bin/moto_server").is_file();
-    if ready {
-        return Some(venv);
-    }
-    if std::env::var("TRIBUTARY_REQUIRE_PYTHON_DEPS").as_deref() == Ok("1") {
-        panic!(
-            "the Python test tools are missing and TRIBUTARY_REQUIRE_PYTHON_DEPS=1: run \
-             scripts/python-test-deps first"
-        );
-    }
-    println!("skipped: run scripts/python-test-deps first");
-    None
-}
-
-/// A moto S3 server on a free local port, killed when dropped.
-struct MotoServer {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl MotoServer {
-    async fn start(venv: &Path) -> MotoServer {
-        let addr = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .unwrap()
-            .local_addr()
-            .unwrap();
-        let child = Command::new(venv.join("bin/moto_server"))
-            .args(["-H", "127.0.0.1", "-p", &addr.port().to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut server = MotoServer { child, addr };
-        let deadline = Instant::now() + SERVER_START_TIMEOUT;
-        loop {
-            if tokio::net::TcpStream::connect(addr).await.is_ok() {
-                return server;
-            }
-            if let Some(status) = server.child.try_wait().unwrap() {
-                panic!("moto_server exited with {status} before listening");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "moto_server did not listen on {addr} within {SERVER_START_TIMEOUT:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    fn stop(self) {}
-}
-
-impl Drop for MotoServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
