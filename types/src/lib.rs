@@ -1,11 +1,12 @@
 //! Vocabulary shared by every Tributary crate: typed ids, limits, the partition-key hash,
-//! naming rules and the clock.
+//! naming rules, the clock and shared access signatures.
 
 pub mod clock;
 pub mod ids;
 pub mod limits;
 pub mod names;
 pub mod partition_key;
+pub mod sas;
 pub mod time_format;
 
 pub use clock::{Clock, ManualClock, MonotonicStamp, SystemClock};
@@ -15,4 +16,8 @@ pub use names::{
     DEFAULT_CONSUMER_GROUP, NameError, NameKind, validate_consumer_group_name, validate_hub_name,
 };
 pub use partition_key::{partition_for_key, partition_key_hash};
+pub use sas::{
+    AuthError, AuthorizationRule, ConnectionString, ConnectionStringError, Credential, Grant,
+    Rights, SasToken, TokenError, authorize, parse_token, sign, verify,
+};
 pub use time_format::{TimeParseError, UtcDateTime, format_rfc3339_ms, parse_rfc3339_ms};

@@ -49,6 +49,13 @@ pub const HUB_NAME_CHARS_MAX: usize = 256;
 /// from every front end).
 pub const CONSUMER_GROUP_NAME_CHARS_MAX: usize = 50;
 
+/// Longest shared access signature token accepted, in bytes; longer text is refused before
+/// it is parsed. Event Hubs' own tokens are a few hundred bytes.
+pub const SAS_TOKEN_BYTES_MAX: usize = 4096;
+
+/// Longest connection string accepted, in bytes.
+pub const CONNECTION_STRING_BYTES_MAX: usize = 4096;
+
 /// [`RETENTION_MIN`]..=[`RETENTION_MAX`] as people write it (humantime would print 90 days
 /// as "2months 29days 2h 52m 48s"); a test keeps it in step with the constants.
 const RETENTION_RANGE_TEXT: &str = "1h and 90d";
