@@ -20,6 +20,7 @@ mod receive_failover;
 mod rejoin;
 mod replication;
 mod retention;
+mod sas_interop;
 mod script;
 mod signals;
 mod throughput;
