@@ -4,6 +4,7 @@
 pub mod api;
 pub mod broker;
 pub mod capture;
+pub mod cert;
 pub mod checkpoints;
 pub mod cluster;
 pub mod config;

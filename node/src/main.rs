@@ -1,4 +1,5 @@
-//! The one `tributary` binary: `serve` runs a node; the other subcommands are the CLI.
+//! The one `tributary` binary: `serve` runs a node, `cert` makes TLS certificates; the other
+//! subcommands are the CLI.
 
 use clap::{Parser, Subcommand};
 use tributary::config::ServeArgs;
@@ -21,6 +22,10 @@ enum Command {
     /// Measure send throughput and latency against a running node, or (`bench failover`)
     /// how fast partitions accept writes again after their leader is killed.
     Bench(tributary_bench::BenchArgs),
+    /// Make a development certificate authority and node certificates signed by it (TLS
+    /// on the client port, mutual TLS on the peer port).
+    #[command(subcommand)]
+    Cert(tributary::cert::CertCommand),
     #[command(flatten)]
     Cli(CliCommand),
 }
@@ -37,6 +42,10 @@ fn main() -> std::process::ExitCode {
             Command::Bench(bench) => {
                 let json = args.globals.output == tributary_client::cli::OutputFormat::Json;
                 tributary_bench::main(&args.globals.endpoint, bench, json).await
+            }
+            Command::Cert(cert) => {
+                let json = args.globals.output == tributary_client::cli::OutputFormat::Json;
+                tributary::cert::run(cert, std::time::SystemTime::now(), json)
             }
             Command::Cli(cmd) => tributary_client::cli::run(args.globals, cmd).await,
         }

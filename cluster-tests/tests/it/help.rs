@@ -72,6 +72,13 @@ const COMMANDS: &[(&[&str], &[&str])] = &[
             "--dir",
         ],
     ),
+    (&["cert", "ca"], &["--out", "--name", "--days", "--force"]),
+    (
+        &["cert", "node"],
+        &[
+            "--ca", "--out", "--name", "--dns", "--ip", "--days", "--force",
+        ],
+    ),
 ];
 
 #[tokio::test]

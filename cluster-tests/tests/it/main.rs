@@ -4,6 +4,7 @@
 mod bench;
 mod bench_failover;
 mod capture;
+mod cert;
 mod checkpoint_store;
 mod cli;
 mod crash;
