@@ -78,8 +78,9 @@ pub struct ServeArgs {
     pub raft_snapshot_entries: Option<u64>,
     /// Entries before the latest snapshot point that leaders still send as log to a
     /// replica catching up; a replica further behind, or one whose data was lost, is
-    /// rebuilt from a snapshot instead. [env: TRIBUTARY_RAFT_LOG_KEEP_ENTRIES]
-    /// [default: 1000000]
+    /// rebuilt from a snapshot instead. The controller group keeps at most 1000 (its
+    /// snapshot is its whole state; the entries behind it are deleted).
+    /// [env: TRIBUTARY_RAFT_LOG_KEEP_ENTRIES] [default: 1000000]
     #[arg(long)]
     pub raft_log_keep_entries: Option<u64>,
     /// How long a node may stay silent before the placement controller counts it dead and

@@ -14,7 +14,9 @@ use tributary_types::{GroupId, NodeId};
 use crate::log_store::LogStore;
 use crate::network::{NetworkFactory, PeerRouter};
 use crate::quiet::{BeatsHeard, Hibernation};
-use crate::types::{Raft, RaftSettings, SnapshotData, TypeConfig, group_config_with};
+use crate::types::{
+    Raft, RaftSettings, SnapshotData, TypeConfig, controller_config_with, group_config_with,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
@@ -35,6 +37,8 @@ where
     node_id: NodeId,
     router: PeerRouter,
     config: Arc<openraft::Config>,
+    /// The controller group's: it keeps little log behind its snapshots.
+    controller_config: Arc<openraft::Config>,
     /// Each running group's Raft handle, this node's member id in it and whether its
     /// timers are stopped.
     groups: RwLock<HashMap<GroupId, Running<SM>>>,
@@ -56,6 +60,7 @@ where
             node_id,
             router,
             config: group_config_with("tributary", &settings),
+            controller_config: controller_config_with("tributary", &settings),
             groups: RwLock::new(HashMap::new()),
             beats: BeatsHeard::default(),
         })
@@ -169,15 +174,14 @@ where
         let log_store = LogStore::new(group, shard).map_err(|e| start_error(e.to_string()))?;
         let network = NetworkFactory::new(self.router.clone(), group);
         debug_assert_eq!(crate::member_node(member), self.node_id);
-        let raft = Raft::new(
-            member,
-            self.config.clone(),
-            network,
-            log_store,
-            state_machine,
-        )
-        .await
-        .map_err(|e| start_error(e.to_string()))?;
+        let config = if group == GroupId::CONTROLLER {
+            &self.controller_config
+        } else {
+            &self.config
+        };
+        let raft = Raft::new(member, config.clone(), network, log_store, state_machine)
+            .await
+            .map_err(|e| start_error(e.to_string()))?;
         let members: BTreeMap<u64, BasicNode> = initial_members
             .into_iter()
             .map(|(id, addr)| (id, BasicNode::new(addr)))

@@ -24,9 +24,10 @@ pub use network::{
 pub use peer_service::PeerService;
 pub use quiet::Hibernation;
 pub use types::{
-    AppendBatch, AppendOutcome, CaptureRange, Entry, LogId, ProducerStamp, Proposal,
-    ProposalResult, Raft, RaftSettings, Snapshot, SnapshotData, SnapshotMeta, StoredMembership,
-    TypeConfig, WriteResponder, group_config, group_config_with,
+    AppendBatch, AppendOutcome, CONTROLLER_LOG_KEEP_ENTRIES, CaptureRange, Entry, LogId,
+    ProducerStamp, Proposal, ProposalResult, Raft, RaftSettings, Snapshot, SnapshotData,
+    SnapshotMeta, StoredMembership, TypeConfig, WriteResponder, controller_config_with,
+    group_config, group_config_with,
 };
 
 /// Re-exports of openraft items the node needs, so it names them through this crate.

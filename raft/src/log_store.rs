@@ -401,19 +401,25 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogIdOf<TypeConfig>) -> Result<(), io::Error> {
-        // The log is the partition's data: purging only moves the pointer. Retention removes
-        // old rows once every event in them has expired.
+        // A partition's log is its data: purging only moves the pointer, and retention
+        // removes old rows once every event in them has expired. The controller's snapshot
+        // is its whole state, so its purged rows go (they would otherwise keep every
+        // segment file they lie in, and checkpoints write controller entries all the time).
+        // The rows go in the same write as the pointer, after the applied state the
+        // snapshot covers (the shard applies writes in order, so a crash keeps a prefix).
         let value = encode(&log_id)?;
-        self.shard
-            .write(
-                vec![Mutation::PutMeta {
-                    group: self.group,
-                    key: MetaKey::Purged,
-                    value,
-                }],
-                Durability::Immediate,
-            )
-            .await?;
+        let mut mutations = vec![Mutation::PutMeta {
+            group: self.group,
+            key: MetaKey::Purged,
+            value,
+        }];
+        if self.group == GroupId::CONTROLLER {
+            mutations.push(Mutation::PurgeLogThrough {
+                group: self.group,
+                through: log_id.index(),
+            });
+        }
+        self.shard.write(mutations, Durability::Immediate).await?;
         self.first_readable
             .fetch_max(log_id.index() + 1, Ordering::AcqRel);
         Ok(())
@@ -579,6 +585,38 @@ mod tests {
         }
         let all = store.try_get_log_entries(1..count + 1).await.unwrap();
         assert_eq!(indexes_of(&all), (1..=count).collect::<Vec<u64>>());
+    }
+
+    /// Purging a partition's log hides its rows from openraft and keeps them (they are the
+    /// partition's data); purging the controller's deletes them (its snapshot is its state).
+    #[tokio::test]
+    async fn purge_deletes_only_the_controllers_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = Shard::open(&dir.path().join("s.redb"), ShardConfig::default()).unwrap();
+        let partition = GroupId::new(HubId(1), PartitionId(0), 0);
+        for group in [partition, GroupId::CONTROLLER] {
+            let mut store = LogStore::new(group, shard.clone()).unwrap();
+            append(&mut store, (1..=6).map(|i| entry(i, 10)).collect()).await;
+            let purged = entry(4, 10).log_id;
+            store.purge(purged).await.unwrap();
+            let state = store.get_log_state().await.unwrap();
+            assert_eq!(state.last_purged_log_id, Some(purged));
+            assert_eq!(
+                indexes_of(&store.try_get_log_entries(5..7).await.unwrap()),
+                [5, 6]
+            );
+            let stored: Vec<u64> = shard
+                .log_sizes(group)
+                .unwrap()
+                .into_iter()
+                .map(|(index, _)| index)
+                .collect();
+            if group == GroupId::CONTROLLER {
+                assert_eq!(stored, [5, 6], "the controller's purged rows are deleted");
+            } else {
+                assert_eq!(stored, [1, 2, 3, 4, 5, 6], "a partition's rows are kept");
+            }
+        }
     }
 
     fn indexes_of(entries: &[EntryOf<TypeConfig>]) -> Vec<u64> {

@@ -198,6 +198,26 @@ pub fn group_config_with(cluster_name: &str, settings: &RaftSettings) -> Arc<ope
     Arc::new(config.validate().expect("static raft config is valid"))
 }
 
+/// Entries before the controller's latest snapshot that stay in its log. Its snapshot is
+/// its whole (small) state, so a voter further behind is sent that instead, and its purged
+/// entries are deleted (see `LogStore::purge`).
+pub const CONTROLLER_LOG_KEEP_ENTRIES: u64 = 1_000;
+
+/// The controller group's configuration: [`group_config_with`], keeping at most
+/// [`CONTROLLER_LOG_KEEP_ENTRIES`] entries behind the snapshot.
+pub fn controller_config_with(
+    cluster_name: &str,
+    settings: &RaftSettings,
+) -> Arc<openraft::Config> {
+    group_config_with(
+        cluster_name,
+        &RaftSettings {
+            log_keep_entries: settings.log_keep_entries.min(CONTROLLER_LOG_KEEP_ENTRIES),
+            ..*settings
+        },
+    )
+}
+
 pub type LogId = openraft::alias::LogIdOf<TypeConfig>;
 pub type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
 pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;

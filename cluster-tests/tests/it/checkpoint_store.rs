@@ -111,7 +111,18 @@ async fn wait_for_progress(acked: &Arc<Mutex<BTreeMap<u32, Acked>>>, at_least: i
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_checkpoint_store_survives_a_controller_leader_failover() {
     let dir = TestDir::new("checkpoint-store-failover");
-    let mut cluster = LocalCluster::start(dir.path(), 3).await;
+    // Frequent controller snapshots, little log kept behind them: the controller's log is
+    // deleted as it goes, so the killed node restarts from a snapshot and a purged log,
+    // and catches up from a leader that no longer has the entries it missed.
+    let mut cluster = LocalCluster::start_with_env(
+        dir.path(),
+        3,
+        &[
+            ("TRIBUTARY_RAFT_SNAPSHOT_ENTRIES", "40"),
+            ("TRIBUTARY_RAFT_LOG_KEEP_ENTRIES", "10"),
+        ],
+    )
+    .await;
     let endpoints = cluster.endpoints();
     let admin = Client::connect(&endpoints[0]).await.unwrap();
     admin
@@ -244,4 +255,27 @@ async fn the_checkpoint_store_survives_a_controller_leader_failover() {
         lost.is_empty(),
         "only an absent record is created: {lost:?}"
     );
+
+    // The killed node comes back and, with one of the others stopped, is half of the
+    // controller's quorum: every record is still there, and new commands commit.
+    let records = store_a.list_checkpoints(HUB, GROUP).await.unwrap();
+    cluster.nodes[leader as usize - 1].restart().await;
+    let other = (1..=3u64).find(|id| *id != leader).unwrap();
+    cluster.nodes[other as usize - 1].terminate().await;
+    let restarted = Client::connect(&endpoints[leader as usize - 1])
+        .await
+        .unwrap();
+    assert_eq!(
+        restarted
+            .checkpoint_store()
+            .list_checkpoints(HUB, GROUP)
+            .await
+            .unwrap(),
+        records,
+        "the records after node {leader} restarted and node {other} stopped"
+    );
+    restarted
+        .create_consumer_group(HUB, "after-restart")
+        .await
+        .unwrap();
 }

@@ -7,6 +7,7 @@ mod bad_input;
 mod buffered;
 mod capture;
 mod cleanup;
+mod controller_log;
 mod idempotent;
 mod keys;
 mod positions;
