@@ -157,6 +157,15 @@ impl NodeProcess {
         format!("http://127.0.0.1:{}", self.client_port)
     }
 
+    /// The node's client, HTTP and peer ports.
+    pub fn ports(&self) -> NodePorts {
+        NodePorts {
+            client: self.client_port,
+            http: self.http_port,
+            peer: self.peer_port,
+        }
+    }
+
     pub fn http_addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.http_port))
     }

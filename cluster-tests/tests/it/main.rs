@@ -11,6 +11,7 @@ mod crash;
 mod data_dir;
 mod drain;
 mod failover;
+mod fuzz;
 mod group_show;
 mod help;
 mod idempotent;

@@ -1,0 +1,438 @@
+//! Fuzzing a running node: every gRPC method of every service on the client and peer ports
+//! gets request bodies that are random bytes, random protobuf (fields of every wire type
+//! with plausible values: the node's own names, numbers at the edges, nested messages) and
+//! truncations of those; every port (client, peer, HTTP) gets raw garbage, truncated HTTP/2
+//! and idle connections. The node must answer each call with a status (never a crash: no
+//! panic in its log, the process alive) and afterwards still serve: a hub created and read
+//! back, `/healthz` answering.
+//!
+//! The method list is read from the `.proto` files, so a new RPC is fuzzed without a change
+//! here. `TRIBUTARY_FUZZ_SECONDS` sets the time spent (default 20); `scripts/fuzz` runs it
+//! for longer. `TRIBUTARY_TEST_SEED` replays a run.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes};
+use futures::StreamExt;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::transport::Channel;
+use tributary_client::{Client, EventData, EventPosition, SendTarget};
+use tributary_cluster_tests::{NodeProcess, TestDir, test_seed};
+
+/// One gRPC method: its path and whether the server streams replies.
+#[derive(Debug, Clone)]
+struct Method {
+    path: String,
+    server_streaming: bool,
+}
+
+/// Every RPC declared in `file`, as `/<package>.<Service>/<Rpc>`.
+fn methods_of(file: &Path) -> Vec<Method> {
+    let text = std::fs::read_to_string(file).expect("the proto file is readable");
+    let mut package = String::new();
+    let mut service = String::new();
+    let mut methods = Vec::new();
+    for line in text.lines().map(str::trim) {
+        if let Some(rest) = line.strip_prefix("package ") {
+            package = rest.trim_end_matches(';').trim().to_owned();
+        } else if let Some(rest) = line.strip_prefix("service ") {
+            service = rest.trim_end_matches('{').trim().to_owned();
+        } else if let Some(rest) = line.strip_prefix("rpc ") {
+            let name = rest.split('(').next().unwrap().trim();
+            let returns = rest.split("returns").nth(1).unwrap_or_default();
+            methods.push(Method {
+                path: format!("/{package}.{service}/{name}"),
+                server_streaming: returns.contains("stream "),
+            });
+        }
+    }
+    assert!(!methods.is_empty(), "no rpc found in {}", file.display());
+    methods
+}
+
+fn proto_file(relative: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../proto/proto")
+        .join(relative)
+}
+
+/// Sends and receives message bodies as they are: the fuzzer writes the bytes a protobuf
+/// encoder would have.
+#[derive(Debug, Clone, Copy, Default)]
+struct RawCodec;
+
+impl Codec for RawCodec {
+    type Encode = Bytes;
+    type Decode = Bytes;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RawCodec
+    }
+}
+
+impl Encoder for RawCodec {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Self::Error> {
+        dst.put(item);
+        Ok(())
+    }
+}
+
+impl Decoder for RawCodec {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Self::Error> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+}
+
+/// Values that reach the node's code paths: names that exist, names at and past the limits,
+/// and text that is not a name.
+const STRINGS: &[&str] = &[
+    "fuzz",
+    "0",
+    "1",
+    "$Default",
+    "-1",
+    "",
+    "@latest",
+    "99999999999999999999",
+    "../../etc",
+    "fuzz/partitions/0",
+    "SharedAccessSignature sr=a&sig=b&se=1&skn=c",
+];
+
+fn random_string(rng: &mut StdRng) -> Vec<u8> {
+    match rng.random_range(0..4) {
+        0 | 1 => STRINGS[rng.random_range(0..STRINGS.len())]
+            .as_bytes()
+            .to_vec(),
+        2 => "x".repeat(rng.random_range(250..300)).into_bytes(),
+        _ => random_bytes(rng, 64),
+    }
+}
+
+fn random_bytes(rng: &mut StdRng, max: usize) -> Vec<u8> {
+    let len = rng.random_range(0..=max);
+    (0..len).map(|_| rng.random()).collect()
+}
+
+fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    loop {
+        let byte = (value & 0x7f) as u8;
+        value >>= 7;
+        if value == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+/// Numbers at the edges: zero, small, negative (as protobuf writes them), the largest.
+fn random_number(rng: &mut StdRng) -> u64 {
+    match rng.random_range(0..6) {
+        0 => 0,
+        1 => rng.random_range(1..10),
+        2 => u64::MAX,
+        3 => (-1i64) as u64,
+        4 => u64::from(u32::MAX),
+        _ => rng.random(),
+    }
+}
+
+/// A random protobuf message: fields 1..=20 of every wire type, nested up to `depth`.
+fn random_message(rng: &mut StdRng, depth: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    for _ in 0..rng.random_range(0..8) {
+        let field = rng.random_range(1u64..=20);
+        match rng.random_range(0..5) {
+            0 => {
+                put_varint(&mut out, field << 3);
+                put_varint(&mut out, random_number(rng));
+            }
+            1 => {
+                put_varint(&mut out, (field << 3) | 1);
+                out.extend_from_slice(&random_number(rng).to_le_bytes());
+            }
+            2 => {
+                put_varint(&mut out, (field << 3) | 5);
+                out.extend_from_slice(&(random_number(rng) as u32).to_le_bytes());
+            }
+            3 if depth > 0 => {
+                let nested = random_message(rng, depth - 1);
+                put_varint(&mut out, (field << 3) | 2);
+                put_varint(&mut out, nested.len() as u64);
+                out.extend_from_slice(&nested);
+            }
+            _ => {
+                let value = random_string(rng);
+                put_varint(&mut out, (field << 3) | 2);
+                // Now and then a length that lies.
+                let len = if rng.random_ratio(1, 20) {
+                    random_number(rng)
+                } else {
+                    value.len() as u64
+                };
+                put_varint(&mut out, len);
+                out.extend_from_slice(&value);
+            }
+        }
+    }
+    out
+}
+
+fn random_body(rng: &mut StdRng) -> Bytes {
+    let mut body = match rng.random_range(0..3) {
+        0 => random_bytes(rng, 512),
+        _ => random_message(rng, 3),
+    };
+    if rng.random_ratio(1, 5) && !body.is_empty() {
+        body.truncate(rng.random_range(0..body.len()));
+    }
+    Bytes::from(body)
+}
+
+/// Calls `method` with `body`; what the node answered, or `None` when the call neither
+/// failed nor finished in time (a stream waiting for events).
+async fn call(
+    channel: &Channel,
+    method: &Method,
+    body: Bytes,
+) -> Option<Result<(), tonic::Status>> {
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    let path = tonic::codegen::http::uri::PathAndQuery::from_str(&method.path).unwrap();
+    let exchange = async {
+        grpc.ready()
+            .await
+            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        let mut replies = grpc
+            .server_streaming(tonic::Request::new(body), path, RawCodec)
+            .await?
+            .into_inner();
+        // A stream's first reply (or its end) is enough.
+        match replies.next().await {
+            Some(Err(status)) => Err(status),
+            _ => Ok(()),
+        }
+    };
+    let patience = if method.server_streaming {
+        Duration::from_millis(300)
+    } else {
+        Duration::from_secs(10)
+    };
+    tokio::time::timeout(patience, exchange).await.ok()
+}
+
+/// Raw bytes to a TCP port: garbage, HTTP/2's preface followed by garbage frames, or a
+/// connection opened and left idle for a while.
+async fn garbage_to_port(rng: &mut StdRng, port: u16) {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)).await else {
+        return;
+    };
+    let mut payload = Vec::new();
+    match rng.random_range(0..4) {
+        0 => payload = random_bytes(rng, 64 * 1024),
+        1 => {
+            payload.extend_from_slice(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+            payload.extend(random_bytes(rng, 4096));
+        }
+        2 => payload.extend_from_slice(
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\nabc",
+        ),
+        _ => {}
+    }
+    let _ = stream.write_all(&payload).await;
+    let mut sink = [0u8; 4096];
+    let _ = tokio::time::timeout(Duration::from_millis(200), async {
+        while let Ok(n) = stream.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
+/// The node serves normally: a hub is created, events sent are read back, `/healthz`
+/// answers.
+async fn assert_serves(node: &NodeProcess, hub: &str) {
+    let client = Client::connect(&node.endpoint()).await.unwrap();
+    client.create_event_hub(hub, 2, None).await.unwrap();
+    let bodies: Vec<String> = (0..10).map(|i| format!("after-fuzz-{i}")).collect();
+    client
+        .producer()
+        .send(
+            hub,
+            SendTarget::PartitionId("1".into()),
+            bodies.iter().map(|b| EventData::from_body(b.clone())),
+        )
+        .await
+        .unwrap();
+    let mut stream = client
+        .consumer()
+        .receive(hub, "", "1", EventPosition::Earliest, 0)
+        .await
+        .unwrap();
+    let mut read = Vec::new();
+    while read.len() < bodies.len() {
+        let batch = tokio::time::timeout(Duration::from_secs(30), stream.next())
+            .await
+            .expect("events arrive")
+            .expect("stream open")
+            .unwrap();
+        read.extend(
+            batch
+                .iter()
+                .map(|e| String::from_utf8_lossy(&e.body).into_owned()),
+        );
+    }
+    assert_eq!(read, bodies);
+    let health = http_get(node.http_addr(), "/healthz").await;
+    assert!(health.starts_with("HTTP/1.1 200"), "/healthz: {health}");
+}
+
+/// A minimal HTTP/1.1 GET (the tests have no HTTP client of their own).
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut response = String::new();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        stream.read_to_string(&mut response),
+    )
+    .await
+    .expect("the HTTP port answers")
+    .unwrap();
+    response
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_on_every_port_and_method_never_stops_the_node() {
+    let seed = test_seed("fuzz");
+    let budget = Duration::from_secs(
+        std::env::var("TRIBUTARY_FUZZ_SECONDS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(20),
+    );
+    let dir = TestDir::new("fuzz");
+    let mut node = NodeProcess::start(&dir.path().join("node")).await;
+    // A hub and a consumer group the fuzzed names hit.
+    let client = Client::connect(&node.endpoint()).await.unwrap();
+    client.create_event_hub("fuzz", 2, None).await.unwrap();
+    client
+        .producer()
+        .send(
+            "fuzz",
+            SendTarget::PartitionId("0".into()),
+            [EventData::from_body("before")],
+        )
+        .await
+        .unwrap();
+
+    let mut client_methods = methods_of(&proto_file("tributary/v1/tributary.proto"));
+    let peer_methods = methods_of(&proto_file("tributary/peer/v1/peer.proto"));
+    client_methods.sort_by(|a, b| a.path.cmp(&b.path));
+    let client_channel = Channel::from_shared(node.endpoint())
+        .unwrap()
+        .connect_lazy();
+    let ports = node.ports();
+    let peer_port = ports.peer;
+    let peer_channel = Channel::from_shared(format!("http://127.0.0.1:{peer_port}"))
+        .unwrap()
+        .connect_lazy();
+    let ports = [ports.client, ports.peer, ports.http];
+
+    let mut rng = StdRng::seed_from_u64(seed);
+    let started = Instant::now();
+    let (mut calls, mut answered, mut raw) = (0u64, 0u64, 0u64);
+    let mut codes = std::collections::BTreeMap::<String, u64>::new();
+    let mut internal = Vec::new();
+    while started.elapsed() < budget {
+        if rng.random_ratio(1, 10) {
+            let port = ports[rng.random_range(0..ports.len())];
+            garbage_to_port(&mut rng, port).await;
+            raw += 1;
+            continue;
+        }
+        // Peer methods get only random bytes and random protobuf: a fuzzer that forged a
+        // well-formed Raft message could legitimately change the node's state (mutual TLS
+        // keeps strangers off that port).
+        let (channel, method) = if rng.random_ratio(1, 4) {
+            (
+                &peer_channel,
+                &peer_methods[rng.random_range(0..peer_methods.len())],
+            )
+        } else {
+            (
+                &client_channel,
+                &client_methods[rng.random_range(0..client_methods.len())],
+            )
+        };
+        calls += 1;
+        if let Some(outcome) = call(channel, method, random_body(&mut rng)).await {
+            answered += 1;
+            let code = match outcome {
+                Ok(()) => "ok".to_owned(),
+                Err(status) if status.code() == tonic::Code::Internal => {
+                    internal.push(format!("{}: {}", method.path, status.message()));
+                    "Internal".to_owned()
+                }
+                Err(status) => format!("{:?}", status.code()),
+            };
+            *codes.entry(code).or_default() += 1;
+        }
+        node.assert_running();
+    }
+    println!(
+        "fuzz: {calls} calls ({answered} answered in time: {codes:?}), {raw} raw connections \
+         in {:?}",
+        started.elapsed()
+    );
+    // tonic answers a body that is not the method's message with INTERNAL ("failed to
+    // decode Protobuf message: ..."); any other internal error is the node failing on input.
+    internal.retain(|message| !message.contains("failed to decode Protobuf message"));
+    internal.sort();
+    internal.dedup();
+    assert!(
+        internal.is_empty(),
+        "internal errors on fuzzed input (seed {seed}):\n{}",
+        internal.join("\n")
+    );
+    node.assert_running();
+    assert!(calls > 100, "only {calls} calls in {budget:?}");
+    let log = std::fs::read_to_string(node.log_path()).unwrap();
+    assert!(
+        !log.contains("panicked"),
+        "the node panicked while fuzzed (seed {seed}):\n{}",
+        log.lines()
+            .filter(|l| l.contains("panicked"))
+            .take(5)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert_serves(&node, "after-fuzz").await;
+    node.assert_running();
+}
