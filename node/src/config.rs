@@ -68,6 +68,21 @@ pub struct ServeArgs {
     /// [default: 1048576]
     #[arg(long)]
     pub publish_bytes_max: Option<usize>,
+    /// Most connections open at once on each of the client and peer ports; a connection
+    /// over it is answered with RESOURCE_EXHAUSTED saying so, then closed.
+    /// [env: TRIBUTARY_MAX_CONNECTIONS] [default: 10000]
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Most concurrent calls (streams) on one connection, announced to clients in HTTP/2's
+    /// settings: a client's further calls wait for one to end.
+    /// [env: TRIBUTARY_MAX_STREAMS_PER_CONNECTION] [default: 1000]
+    #[arg(long)]
+    pub max_streams_per_connection: Option<u32>,
+    /// A connection that sends nothing for this long is closed (clients and nodes ping
+    /// every 30 s, so only dead or stuck ones are). [env: TRIBUTARY_IDLE_TIMEOUT]
+    /// [default: 10m]
+    #[arg(long)]
+    pub idle_timeout: Option<humantime::Duration>,
     /// Most partitions one event hub may have. [env: TRIBUTARY_PARTITIONS_PER_HUB_MAX]
     /// [default: 1024]
     #[arg(long)]
@@ -142,6 +157,9 @@ struct FileConfig {
     cluster_id: Option<String>,
     storage_shards: Option<usize>,
     publish_bytes_max: Option<usize>,
+    max_connections: Option<usize>,
+    max_streams_per_connection: Option<u32>,
+    idle_timeout: Option<String>,
     partitions_per_hub_max: Option<u16>,
     raft_snapshot_entries: Option<u64>,
     raft_log_keep_entries: Option<u64>,
@@ -168,6 +186,25 @@ impl Default for RetentionSettings {
         Self {
             min: tributary_types::limits::RETENTION_MIN,
             interval: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Limits on the client and peer ports' connections (`--max-connections`,
+/// `--max-streams-per-connection`, `--idle-timeout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionSettings {
+    pub max_connections: usize,
+    pub max_streams_per_connection: u32,
+    pub idle_timeout: Duration,
+}
+
+impl Default for ConnectionSettings {
+    fn default() -> Self {
+        Self {
+            max_connections: 10_000,
+            max_streams_per_connection: 1_000,
+            idle_timeout: Duration::from_secs(600),
         }
     }
 }
@@ -233,6 +270,7 @@ pub struct NodeConfig {
     pub cluster_id: Option<String>,
     pub storage_shards: usize,
     pub publish_bytes_max: usize,
+    pub connections: ConnectionSettings,
     pub partitions_per_hub_max: u16,
     pub raft: tributary_raft::RaftSettings,
     pub placement: PlacementSettings,
@@ -258,6 +296,7 @@ impl NodeConfig {
             cluster_id: None,
             storage_shards: 1,
             publish_bytes_max: PUBLISH_BYTES_MAX_DEFAULT,
+            connections: ConnectionSettings::default(),
             partitions_per_hub_max: PARTITIONS_PER_HUB_MAX_DEFAULT,
             raft: tributary_raft::RaftSettings::default(),
             placement: PlacementSettings::default(),
@@ -355,7 +394,37 @@ impl ServeArgs {
             )?
             .unwrap_or(retention_defaults.interval),
         };
+        let connection_defaults = ConnectionSettings::default();
+        let connections = ConnectionSettings {
+            max_connections: self
+                .max_connections
+                .or(env("TRIBUTARY_MAX_CONNECTIONS")?)
+                .or(file.max_connections)
+                .unwrap_or(connection_defaults.max_connections),
+            max_streams_per_connection: self
+                .max_streams_per_connection
+                .or(env("TRIBUTARY_MAX_STREAMS_PER_CONNECTION")?)
+                .or(file.max_streams_per_connection)
+                .unwrap_or(connection_defaults.max_streams_per_connection),
+            idle_timeout: duration(
+                self.idle_timeout,
+                "TRIBUTARY_IDLE_TIMEOUT",
+                file.idle_timeout.as_ref(),
+                "idle_timeout",
+            )?
+            .unwrap_or(connection_defaults.idle_timeout),
+        };
+        if connections.max_connections == 0 {
+            bail!("--max-connections must be at least 1");
+        }
+        if connections.max_streams_per_connection == 0 {
+            bail!("--max-streams-per-connection must be at least 1");
+        }
+        if connections.idle_timeout < Duration::from_secs(1) {
+            bail!("--idle-timeout must be at least 1s");
+        }
         let config = NodeConfig {
+            connections,
             placement,
             retention,
             segment_bytes: self

@@ -38,6 +38,15 @@ pub fn metrics_handle() -> PrometheusHandle {
             );
             metrics::describe_counter!("tributary_events_in_total", "Events accepted by sends");
             metrics::describe_gauge!(
+                "tributary_connections_open",
+                "Connections open on a gRPC port (client, peer)"
+            );
+            metrics::describe_counter!(
+                "tributary_connections_refused_total",
+                "Connections refused over --max-connections (reason limit) or closed after \
+                 --idle-timeout without traffic (reason idle)"
+            );
+            metrics::describe_gauge!(
                 "tributary_sends_in_flight",
                 "Sends this node has received and not yet answered"
             );

@@ -14,6 +14,7 @@ pub mod fault;
 pub mod group;
 pub mod http;
 pub mod identity;
+pub mod limits;
 pub mod partition;
 pub mod placement;
 pub mod readers;
@@ -173,9 +174,14 @@ impl Node {
         let placement = placement::Placement::new(broker.clone(), config.placement, clock);
         let (shutdown, shutdown_rx) = watch::channel(false);
 
+        let connections = config.connections;
+        let keepalive = keepalive_interval(connections.idle_timeout);
         let mut peer_shutdown = shutdown_rx.clone();
         let peer_server = tokio::spawn(
             tonic::transport::Server::builder()
+                .http2_keepalive_interval(Some(keepalive))
+                .http2_keepalive_timeout(Some(keepalive))
+                .max_concurrent_streams(Some(connections.max_streams_per_connection))
                 .initial_stream_window_size(tributary_raft::PEER_STREAM_WINDOW_BYTES)
                 .initial_connection_window_size(tributary_raft::PEER_CONNECTION_WINDOW_BYTES)
                 .add_service(PeerService::new(host.clone()).into_server())
@@ -185,9 +191,16 @@ impl Node {
                 .add_service(NodeStatusServer::new(status::NodeStatusService {
                     broker: broker.clone(),
                 }))
-                .serve_with_incoming_shutdown(no_delay(peer_listener), async move {
-                    let _ = peer_shutdown.wait_for(|stop| *stop).await;
-                }),
+                .serve_with_incoming_shutdown(
+                    limits::incoming(
+                        peer_listener,
+                        limits::ConnectionGate::new("peer", connections.max_connections),
+                        connections.idle_timeout,
+                    ),
+                    async move {
+                        let _ = peer_shutdown.wait_for(|stop| *stop).await;
+                    },
+                ),
         );
         tracing::info!(%peer_addr, node_id = node_id.0, "joining the cluster");
         runtime.run().await?;
@@ -211,6 +224,9 @@ impl Node {
 
         let request_bytes_max = config.publish_bytes_max * 2 + REQUEST_OVERHEAD_BYTES;
         let server = tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(keepalive))
+            .http2_keepalive_timeout(Some(keepalive))
+            .max_concurrent_streams(Some(connections.max_streams_per_connection))
             .add_service(
                 ManagementServer::new(api::management::ManagementService {
                     broker: broker.clone(),
@@ -242,7 +258,11 @@ impl Node {
             ));
         let mut server_shutdown = shutdown_rx.clone();
         let server = tokio::spawn(server.serve_with_incoming_shutdown(
-            no_delay(client_listener),
+            limits::incoming(
+                client_listener,
+                limits::ConnectionGate::new("client", connections.max_connections),
+                connections.idle_timeout,
+            ),
             async move {
                 let _ = server_shutdown.wait_for(|stop| *stop).await;
             },
@@ -383,9 +403,9 @@ fn init_logging(json: bool) {
     }
 }
 
-/// The connections `listener` accepts, with Nagle's algorithm off: a reply is a few small
-/// HTTP/2 frames, and with it on each waited for the peer's delayed acknowledgement of the
-/// last one (tens of milliseconds per Raft round trip and per send).
-fn no_delay(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
-    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
+/// How often the gRPC servers ping a connection with no traffic (and how long they wait
+/// for the answer before closing it): often enough that a healthy connection is never idle
+/// for `idle_timeout` (the answers are traffic), at most every 30 s.
+fn keepalive_interval(idle_timeout: std::time::Duration) -> std::time::Duration {
+    (idle_timeout / 3).min(std::time::Duration::from_secs(30))
 }

@@ -274,6 +274,38 @@ async fn malformed_requests_get_an_error_and_the_node_keeps_serving() {
     still_serving(&node).await;
 }
 
+/// A request over its service's size limit is refused before it is decoded, with a message
+/// giving both sizes; the node keeps serving.
+#[tokio::test]
+async fn requests_over_the_size_limit_are_refused_with_the_sizes() {
+    let node = TestNode::start().await;
+    node.client.create_event_hub("ok", 1, None).await.unwrap();
+    let channel = tonic::transport::Endpoint::from_shared(node.endpoint())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    // A management request of 1 MiB (field 1, the hub name, 1 MiB long).
+    let mut huge = vec![0x0a, 0x80, 0x80, 0x40];
+    huge.resize(4 + (1 << 20), b'a');
+    let status = grpc
+        .unary(
+            tonic::Request::new(huge),
+            http::uri::PathAndQuery::from_static("/tributary.v1.Management/GetEventHub"),
+            RawCodec,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+    assert!(
+        status.message().contains("too large") && status.message().contains("limit"),
+        "{status:?}"
+    );
+    still_serving(&node).await;
+}
+
 /// Sends and receives raw bytes, to put malformed messages on the wire.
 #[derive(Clone, Copy)]
 struct RawCodec;

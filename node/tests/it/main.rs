@@ -10,6 +10,7 @@ mod cleanup;
 mod controller_log;
 mod idempotent;
 mod keys;
+mod limits;
 mod positions;
 mod readers;
 mod receive;
