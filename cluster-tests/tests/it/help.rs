@@ -20,6 +20,7 @@ const COMMANDS: &[(&[&str], &[&str])] = &[
             "--node-id",
             "--cluster-id",
             "--config",
+            "--auth",
         ],
     ),
     (
