@@ -211,6 +211,8 @@ impl Node {
         ));
         tokio::spawn(capture::capturer::run(broker.clone()));
 
+        // The recorder first, so the auth gauge set next is kept.
+        http::metrics_handle();
         let auth = api::auth::Auth::new(config.auth, broker.clone());
         match config.auth {
             config::AuthMode::Sas => {

@@ -5,7 +5,10 @@
 //! `sb://<host>/<hub>` (hub operations) or `sb://<host>/` (namespace operations), where the
 //! host is the one the token's own `sr` names: any node's address, or a load balancer's,
 //! serves the same namespace, so the host is not checked. The rules consulted are the
-//! namespace's and, for a hub operation, that hub's.
+//! namespace's and those of the hub the token's resource names (if it names one): so a hub
+//! rule's token used on another hub, or on the namespace, is refused as being for another
+//! resource (PERMISSION_DENIED), and only the namespace's rules and the target hub's own can
+//! ever grant an operation on it.
 
 use std::sync::Arc;
 
@@ -84,15 +87,22 @@ impl Auth {
                 .map_err(|_| Refusal::Auth(AuthError::Malformed(TokenError::MissingPrefix)))?,
         };
         let token = parse_token(text).map_err(|e| Refusal::Auth(e.into()))?;
-        let host = host_of(token.resource());
+        let (host, token_hub) = host_and_hub(token.resource());
         let state = self.broker.runtime().state();
-        let (target, hub_rules) = match scope {
-            Scope::Namespace => (format!("sb://{host}/"), &[][..]),
-            Scope::Hub(hub) => (
-                format!("sb://{host}/{hub}"),
-                state.hubs.get(hub).map_or(&[][..], |h| h.rules.as_slice()),
-            ),
+        let target = match scope {
+            Scope::Namespace => format!("sb://{host}/"),
+            Scope::Hub(hub) => format!("sb://{host}/{hub}"),
         };
+        let hub_rules = token_hub
+            .and_then(|name| {
+                state.hubs.get(name).or_else(|| {
+                    state
+                        .hubs
+                        .values()
+                        .find(|hub| hub.name.eq_ignore_ascii_case(name))
+                })
+            })
+            .map_or(&[][..], |hub| hub.rules.as_slice());
         let rules: Vec<_> = state.rules.iter().chain(hub_rules).cloned().collect();
         let now_unix_s = u64::try_from(self.broker.now_ms() / 1000).unwrap_or(0);
         verify(&token, &rules, &target, needed, now_unix_s).map_err(Refusal::Auth)?;
@@ -100,12 +110,15 @@ impl Auth {
     }
 }
 
-/// The host a resource URI names: between the scheme and the first '/'.
-fn host_of(resource: &str) -> &str {
+/// The host a resource URI names (between the scheme and the first '/') and its first path
+/// segment, the hub, when there is one.
+fn host_and_hub(resource: &str) -> (&str, Option<&str>) {
     let rest = resource
         .split_once("://")
         .map_or(resource, |(_, rest)| rest);
-    rest.split('/').next().unwrap_or_default()
+    let mut parts = rest.split('/');
+    let host = parts.next().unwrap_or_default();
+    (host, parts.next().filter(|hub| !hub.is_empty()))
 }
 
 enum Refusal {
@@ -157,10 +170,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn host_is_what_lies_between_scheme_and_path() {
-        assert_eq!(host_of("sb://ns.example.net/orders"), "ns.example.net");
-        assert_eq!(host_of("sb://10.0.0.1:7400/"), "10.0.0.1:7400");
-        assert_eq!(host_of("ns.example.net/orders"), "ns.example.net");
-        assert_eq!(host_of("sb://"), "");
+    fn host_and_hub_come_from_the_resource() {
+        assert_eq!(
+            host_and_hub("sb://ns.example.net/orders/partitions/0"),
+            ("ns.example.net", Some("orders"))
+        );
+        assert_eq!(host_and_hub("sb://10.0.0.1:7400/"), ("10.0.0.1:7400", None));
+        assert_eq!(
+            host_and_hub("ns.example.net/orders"),
+            ("ns.example.net", Some("orders"))
+        );
+        assert_eq!(host_and_hub("sb://"), ("", None));
     }
 }
