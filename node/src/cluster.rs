@@ -314,6 +314,7 @@ impl ClusterRuntime {
             });
         }
         self.register().await;
+        self.ensure_root_rule();
         if rejoin_controller {
             // A voter whose data was lost rejoins the controller group as a new member;
             // the controller leader adds it as a learner and promotes it once caught up.
@@ -463,20 +464,32 @@ impl ClusterRuntime {
         self.propose_with_retry(Command::RegisterNode(self.me.clone()))
             .await;
         tracing::info!(node = self.me.id, "registered with the controller");
-        // A new cluster, or one whose state predates authorization rules, gets its root
-        // rule. Any node may be first; the command does nothing once the namespace has a
-        // rule, so the others' proposals (and those of later starts) are no-ops.
-        if self.state().rules.is_empty() {
-            let primary_key = match &self.config.root_key {
-                Some(RootKey(key)) => key.clone(),
-                None => random_key(),
-            };
-            self.propose_with_retry(Command::Rule(RuleCommand::EnsureRoot {
-                primary_key,
-                secondary_key: random_key(),
-            }))
-            .await;
+    }
+
+    /// A new cluster, or one whose state predates authorization rules, gets its root rule.
+    /// Any node may be first; the command does nothing once the namespace has a rule, so the
+    /// others' proposals (and those of later starts) are no-ops. In the background, so a
+    /// controller that cannot run it yet (an older version during an upgrade) never holds
+    /// the node's start up.
+    fn ensure_root_rule(self: &Arc<Self>) {
+        if !self.state().rules.is_empty() {
+            return;
         }
+        let primary_key = match &self.config.root_key {
+            Some(RootKey(key)) => key.clone(),
+            None => random_key(),
+        };
+        let command = Command::Rule(RuleCommand::EnsureRoot {
+            primary_key,
+            secondary_key: random_key(),
+        });
+        let this = self.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = this.propose_with_retry(command) => {}
+                _ = this.stopped() => {}
+            }
+        });
     }
 
     async fn propose_with_retry(&self, command: Command) {
