@@ -225,6 +225,9 @@ impl LocalCluster {
                 command.env_remove(&name);
             }
         }
+        // The bench's clients carry no credentials: authorization is off unless its node
+        // flags say `--auth sas`.
+        command.env("TRIBUTARY_AUTH", "none");
         let described = format!("{:?}", command.as_std());
         writeln!(log, "=== {}: starting {described}", self.label)
             .with_context(|| format!("cannot write {}", node.log_path.display()))?;

@@ -101,7 +101,7 @@ impl ClusterCheckpointStore {
     async fn call<Req, Resp, F, Fut>(&self, request: Req, method: F) -> Result<Resp, ClientError>
     where
         Req: Clone,
-        F: Fn(StoreStub<tonic::transport::Channel>, Req) -> Fut,
+        F: Fn(StoreStub<crate::routing::Channel>, Req) -> Fut,
         Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
     {
         self.routing

@@ -3,11 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tonic::transport::Channel;
 use tributary_proto::v1 as proto;
 use tributary_proto::v1::management_client::ManagementClient as ManagementStub;
+use tributary_types::{ConnectionString, Rights};
 
-use crate::routing::{RETRY_DEADLINE_DEFAULT, Routing, make_channel};
+use crate::credential::{Authorizer, TokenSource, Transport, UnixClock, endpoint_url};
+use crate::routing::{Channel, RETRY_DEADLINE_DEFAULT, Routing, make_channel};
 
 use crate::{ClientError, ConsumerClient, ProducerClient};
 
@@ -17,6 +18,64 @@ pub struct Client {
     pub(crate) channel: Channel,
     pub(crate) endpoint: Arc<str>,
     pub(crate) routing: Routing,
+    pub(crate) authorizer: Authorizer,
+}
+
+/// How [`Client::from_connection_string_with`] connects.
+#[derive(Clone)]
+pub struct ConnectOptions {
+    /// Whether an `sb://` endpoint is reached over TLS (the default) or plain HTTP/2.
+    pub transport: Transport,
+    /// Overrides the connection string's endpoint (e.g. `http://127.0.0.1:7400`); the
+    /// credential still comes from the string.
+    pub endpoint: Option<String>,
+    /// Seconds since the Unix epoch, for signing and renewing tokens.
+    pub clock: UnixClock,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            transport: Transport::default(),
+            endpoint: None,
+            clock: crate::credential::system_clock(),
+        }
+    }
+}
+
+impl std::fmt::Debug for ConnectOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectOptions")
+            .field("transport", &self.transport)
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A rule's keys, and connection strings made with them.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RuleKeys {
+    pub rule: proto::AuthorizationRule,
+    pub primary_key: String,
+    pub secondary_key: String,
+    pub primary_connection_string: String,
+    pub secondary_connection_string: String,
+}
+
+/// Never shows the keys.
+impl std::fmt::Debug for RuleKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuleKeys")
+            .field("rule", &self.rule)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Which of a rule's two keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleKey {
+    Primary,
+    Secondary,
 }
 
 impl Client {
@@ -25,12 +84,49 @@ impl Client {
     /// unreachable node shows up as a [`ClientError::Transport`] from that call; a malformed
     /// endpoint is an error here.
     pub async fn connect(endpoint: &str) -> Result<Client, ClientError> {
+        Client::connect_with_authorizer(endpoint, Authorizer::none())
+    }
+
+    /// Connects as an Event Hubs connection string says
+    /// (`Endpoint=sb://host[:port]/;SharedAccessKeyName=...;SharedAccessKey=...[;EntityPath=hub]`,
+    /// or `SharedAccessSignature=...` in place of the key), with default options: every call
+    /// carries a token the client signs for the string's hub (or namespace) and renews
+    /// before it expires.
+    pub async fn from_connection_string(text: &str) -> Result<Client, ClientError> {
+        Client::from_connection_string_with(text, ConnectOptions::default()).await
+    }
+
+    /// [`Client::from_connection_string`] with options.
+    pub async fn from_connection_string_with(
+        text: &str,
+        options: ConnectOptions,
+    ) -> Result<Client, ClientError> {
+        let connection_string = ConnectionString::parse(text)
+            .map_err(|e| ClientError::InvalidArgument(e.to_string()))?;
+        let endpoint = match options.endpoint {
+            Some(endpoint) => endpoint,
+            None => endpoint_url(&connection_string, options.transport)?,
+        };
+        let authorizer = Authorizer::new(TokenSource::new(connection_string, options.clock));
+        Client::connect_with_authorizer(&endpoint, authorizer)
+    }
+
+    fn connect_with_authorizer(
+        endpoint: &str,
+        authorizer: Authorizer,
+    ) -> Result<Client, ClientError> {
         let endpoint: Arc<str> = normalize_endpoint(endpoint)?.into();
-        let channel = make_channel(&endpoint)?;
+        let channel = make_channel(&endpoint, &authorizer)?;
         Ok(Client {
-            routing: Routing::new(endpoint.clone(), channel.clone(), RETRY_DEADLINE_DEFAULT),
+            routing: Routing::new(
+                endpoint.clone(),
+                channel.clone(),
+                authorizer.clone(),
+                RETRY_DEADLINE_DEFAULT,
+            ),
             channel,
             endpoint,
+            authorizer,
         })
     }
 
@@ -44,7 +140,12 @@ impl Client {
                 "at least one endpoint is needed, e.g. http://127.0.0.1:7400".into(),
             ));
         };
-        let client = Client::connect(first.as_ref()).await?;
+        Client::connect(first.as_ref()).await?.knowing(others)
+    }
+
+    /// This client, also knowing `others` as nodes to try when one cannot be reached.
+    pub fn knowing<S: AsRef<str>>(self, others: &[S]) -> Result<Client, ClientError> {
+        let client = self;
         for other in others {
             let other = normalize_endpoint(other.as_ref())?;
             client.routing.know_endpoint(&other.into())?;
@@ -59,12 +160,18 @@ impl Client {
             routing: self.routing_over(self.channel.clone(), retry_deadline),
             channel: self.channel.clone(),
             endpoint: self.endpoint.clone(),
+            authorizer: self.authorizer.clone(),
         }
     }
 
     /// Routing like this client's (the nodes it knows) over `channel` to the first node.
     fn routing_over(&self, channel: Channel, retry_deadline: Duration) -> Routing {
-        let routing = Routing::new(self.endpoint.clone(), channel, retry_deadline);
+        let routing = Routing::new(
+            self.endpoint.clone(),
+            channel,
+            self.authorizer.clone(),
+            retry_deadline,
+        );
         for endpoint in self.routing.known_endpoints() {
             // Known endpoints were valid when first made.
             let _ = routing.know_endpoint(&endpoint);
@@ -76,11 +183,12 @@ impl Client {
     /// calls that must not wait behind busy streams on a shared connection (HTTP/2 flow
     /// control is per connection) use it.
     pub fn separate_connection(&self) -> Result<Client, ClientError> {
-        let channel = make_channel(&self.endpoint)?;
+        let channel = make_channel(&self.endpoint, &self.authorizer)?;
         Ok(Client {
             routing: self.routing_over(channel.clone(), self.routing.retry_deadline()),
             channel,
             endpoint: self.endpoint.clone(),
+            authorizer: self.authorizer.clone(),
         })
     }
 
@@ -390,6 +498,106 @@ impl Client {
         self.unwrap(response)
     }
 
+    /// Creates a shared access authorization rule of the namespace (`hub: None`) or of a
+    /// hub, with two random keys; [`Client::authorization_rule_keys`] shows them.
+    pub async fn create_authorization_rule(
+        &self,
+        hub: Option<&str>,
+        name: &str,
+        rights: Rights,
+    ) -> Result<proto::AuthorizationRule, ClientError> {
+        require_name("rule name", name)?;
+        let rights = rights
+            .to_string()
+            .split(", ")
+            .filter(|right| *right != "none")
+            .map(str::to_owned)
+            .collect();
+        let response = self
+            .management()
+            .create_authorization_rule(proto::CreateAuthorizationRuleRequest {
+                event_hub: hub.unwrap_or_default().to_owned(),
+                name: name.to_owned(),
+                rights,
+            })
+            .await;
+        self.unwrap(response)
+    }
+
+    /// The rules of the namespace (`hub: None`) or of a hub: names and rights.
+    pub async fn list_authorization_rules(
+        &self,
+        hub: Option<&str>,
+    ) -> Result<Vec<proto::AuthorizationRule>, ClientError> {
+        let response = self
+            .management()
+            .list_authorization_rules(proto::ListAuthorizationRulesRequest {
+                event_hub: hub.unwrap_or_default().to_owned(),
+            })
+            .await;
+        Ok(self.unwrap(response)?.rules)
+    }
+
+    /// A rule's keys and the connection strings made with them (needs Manage).
+    pub async fn authorization_rule_keys(
+        &self,
+        hub: Option<&str>,
+        name: &str,
+    ) -> Result<RuleKeys, ClientError> {
+        require_name("rule name", name)?;
+        let response = self
+            .management()
+            .get_authorization_rule_keys(proto::GetAuthorizationRuleKeysRequest {
+                event_hub: hub.unwrap_or_default().to_owned(),
+                name: name.to_owned(),
+            })
+            .await;
+        Ok(rule_keys(self.unwrap(response)?))
+    }
+
+    /// Replaces one of a rule's keys with a random one (or `new_key`): tokens signed with
+    /// the old key stop working at once; the other key's go on.
+    pub async fn regenerate_authorization_rule_key(
+        &self,
+        hub: Option<&str>,
+        name: &str,
+        key: RuleKey,
+        new_key: Option<&str>,
+    ) -> Result<RuleKeys, ClientError> {
+        require_name("rule name", name)?;
+        let key = match key {
+            RuleKey::Primary => proto::AuthorizationKey::PrimaryKey,
+            RuleKey::Secondary => proto::AuthorizationKey::SecondaryKey,
+        };
+        let response = self
+            .management()
+            .regenerate_authorization_rule_key(proto::RegenerateAuthorizationRuleKeyRequest {
+                event_hub: hub.unwrap_or_default().to_owned(),
+                name: name.to_owned(),
+                key: key as i32,
+                key_value: new_key.unwrap_or_default().to_owned(),
+            })
+            .await;
+        Ok(rule_keys(self.unwrap(response)?))
+    }
+
+    /// Deletes a rule; tokens signed with its keys stop working.
+    pub async fn delete_authorization_rule(
+        &self,
+        hub: Option<&str>,
+        name: &str,
+    ) -> Result<(), ClientError> {
+        require_name("rule name", name)?;
+        let response = self
+            .management()
+            .delete_authorization_rule(proto::DeleteAuthorizationRuleRequest {
+                event_hub: hub.unwrap_or_default().to_owned(),
+                name: name.to_owned(),
+            })
+            .await;
+        self.unwrap(response).map(drop)
+    }
+
     fn management(&self) -> ManagementStub<Channel> {
         ManagementStub::new(self.channel.clone())
     }
@@ -401,6 +609,16 @@ impl Client {
         response
             .map(tonic::Response::into_inner)
             .map_err(|status| ClientError::from_status(status, &self.endpoint))
+    }
+}
+
+fn rule_keys(keys: proto::AuthorizationRuleKeys) -> RuleKeys {
+    RuleKeys {
+        rule: keys.rule.unwrap_or_default(),
+        primary_key: keys.primary_key,
+        secondary_key: keys.secondary_key,
+        primary_connection_string: keys.primary_connection_string,
+        secondary_connection_string: keys.secondary_connection_string,
     }
 }
 

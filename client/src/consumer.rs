@@ -5,8 +5,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
+use crate::routing::Channel;
 use futures::Stream;
-use tonic::transport::Channel;
 use tributary_proto::v1 as proto;
 use tributary_proto::v1::ErrorReason;
 use tributary_proto::v1::consumer_client::ConsumerClient as ConsumerStub;

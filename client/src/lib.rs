@@ -31,6 +31,7 @@ pub mod checkpoints;
 pub mod cli;
 mod client;
 mod consumer;
+pub mod credential;
 mod diagnostics;
 mod error;
 mod event;
@@ -45,8 +46,11 @@ pub use buffered::{
     BATCH_BYTES_MAX_DEFAULT, BufferedOptions, BufferedProducer, Delivery, DeliveryFuture,
 };
 pub use checkpoints::{CheckpointStore, ClusterCheckpointStore, InMemoryCheckpointStore};
-pub use client::{CaptureOptions, Client, HubChanges, HubOptions};
+pub use client::{
+    CaptureOptions, Client, ConnectOptions, HubChanges, HubOptions, RuleKey, RuleKeys,
+};
 pub use consumer::{ConsumerClient, ReceiveOptions, ReceiveStream};
+pub use credential::Transport;
 pub use diagnostics::{ReplicaListing, ReplicaSummary, body_checksum, replica_digest};
 pub use error::ClientError;
 pub use event::{EventData, PropertyValue, ReceivedEvent};
@@ -60,6 +64,7 @@ pub use time::rfc3339_millis;
 /// Implement [`EventHandler`] and [`CheckpointStore`] with `#[tributary_client::async_trait]`.
 pub use tonic::async_trait;
 pub use tributary_proto::v1::{
-    CaptureSettings, CleanupPolicy, ConsumerGroupProperties, ErrorReason, EventHubProperties,
-    PartitionProperties, ReplicaEvent, ReplicaEventsResponse, SendResponse,
+    AuthorizationRule, CaptureSettings, CleanupPolicy, ConsumerGroupProperties, ErrorReason,
+    EventHubProperties, PartitionProperties, ReplicaEvent, ReplicaEventsResponse, SendResponse,
 };
+pub use tributary_types::{ConnectionString, Rights};

@@ -6,10 +6,15 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tonic::transport::{Channel, Endpoint};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Endpoint;
 use tributary_proto::v1::ErrorReason;
 
 use crate::ClientError;
+use crate::credential::Authorizer;
+
+/// A connection to a node whose calls carry the client's credential, if it has one.
+pub(crate) type Channel = InterceptedService<tonic::transport::Channel, Authorizer>;
 
 /// How long a call keeps retrying transient failures before giving up, by default.
 pub const RETRY_DEADLINE_DEFAULT: Duration = Duration::from_secs(30);
@@ -27,6 +32,7 @@ pub(crate) type PartitionKey = (String, String);
 #[derive(Debug)]
 struct Inner {
     base: Arc<str>,
+    authorizer: Authorizer,
     retry_deadline: Duration,
     channels: Mutex<HashMap<Arc<str>, Channel>>,
     leaders: Mutex<HashMap<PartitionKey, Arc<str>>>,
@@ -43,9 +49,13 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// middleboxes, and notice dead peers.
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 
-/// A lazily connected channel to `endpoint` (remade when it breaks).
-pub(crate) fn make_channel(endpoint: &str) -> Result<Channel, ClientError> {
-    Ok(Endpoint::from_shared(endpoint.to_owned())
+/// A lazily connected channel to `endpoint` (remade when it breaks), its calls authorized
+/// by `authorizer`.
+pub(crate) fn make_channel(
+    endpoint: &str,
+    authorizer: &Authorizer,
+) -> Result<Channel, ClientError> {
+    let channel = Endpoint::from_shared(endpoint.to_owned())
         .map_err(|e| {
             ClientError::InvalidArgument(format!("endpoint '{endpoint}' is not a valid URL: {e}"))
         })?
@@ -53,7 +63,8 @@ pub(crate) fn make_channel(endpoint: &str) -> Result<Channel, ClientError> {
         .tcp_nodelay(true)
         .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
         .keep_alive_while_idle(true)
-        .connect_lazy())
+        .connect_lazy();
+    Ok(InterceptedService::new(channel, authorizer.clone()))
 }
 
 /// Backoff before retry `attempt` (1-based): exponential, capped, with ±50 % jitter so
@@ -66,11 +77,17 @@ pub(crate) fn backoff(attempt: u32) -> Duration {
 }
 
 impl Routing {
-    pub(crate) fn new(base: Arc<str>, channel: Channel, retry_deadline: Duration) -> Self {
+    pub(crate) fn new(
+        base: Arc<str>,
+        channel: Channel,
+        authorizer: Authorizer,
+        retry_deadline: Duration,
+    ) -> Self {
         let channels = HashMap::from([(base.clone(), channel)]);
         Self {
             inner: Arc::new(Inner {
                 base,
+                authorizer,
                 retry_deadline,
                 channels: Mutex::new(channels),
                 leaders: Mutex::new(HashMap::new()),
@@ -145,7 +162,7 @@ impl Routing {
             let base = self.inner.base.clone();
             channels.retain(|e, _| *e == base);
         }
-        let channel = make_channel(endpoint)?;
+        let channel = make_channel(endpoint, &self.inner.authorizer)?;
         channels.insert(endpoint.clone(), channel.clone());
         Ok(channel)
     }
@@ -242,8 +259,8 @@ mod tests {
 
     fn routing(base: &str) -> Routing {
         let base: Arc<str> = base.into();
-        let channel = make_channel(&base).unwrap();
-        Routing::new(base, channel, RETRY_DEADLINE_DEFAULT)
+        let channel = make_channel(&base, &Authorizer::none()).unwrap();
+        Routing::new(base, channel, Authorizer::none(), RETRY_DEADLINE_DEFAULT)
     }
 
     #[tokio::test]

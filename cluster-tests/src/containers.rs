@@ -260,6 +260,8 @@ impl ContainerCluster {
             &STOP_TIMEOUT_S.to_string(),
             &self.spec.image,
             "serve",
+            "--auth",
+            "none",
             "--node-id",
             &node.id.to_string(),
             "--data-dir",

@@ -20,6 +20,6 @@ pub use binary::{
 };
 pub use cluster::LocalCluster;
 pub use http::{HttpResponse, http_get, http_post};
-pub use node_process::{NodePorts, NodeProcess, PEER_ADDR_ENV, READY_TIMEOUT, free_port};
+pub use node_process::{AUTH_ENV, NodePorts, NodeProcess, PEER_ADDR_ENV, READY_TIMEOUT, free_port};
 pub use seed::test_seed;
 pub use test_dir::TestDir;

@@ -49,9 +49,13 @@ impl NodePorts {
     }
 }
 
-/// A running (or stopped) `tributary serve` on a data directory. Its stdout and stderr go to
+/// A running (or stopped) `tributary serve` on a data directory, with authorization off
+/// unless its flags or environment turn it on. Its stdout and stderr go to
 /// `<data dir>.log` beside the data directory; every start appends to it. Dropping it kills
 /// the process, and when the test is failing prints the log's path and tail.
+/// The environment variable setting `serve --auth`; the harness sets it to `none`.
+pub const AUTH_ENV: &str = "TRIBUTARY_AUTH";
+
 pub struct NodeProcess {
     data_dir: PathBuf,
     extra_args: Vec<String>,
@@ -321,6 +325,9 @@ impl NodeProcess {
             .arg(format!("127.0.0.1:{}", self.http_port))
             // Through the environment, so binaries from before the peer port still start.
             .env(PEER_ADDR_ENV, format!("127.0.0.1:{}", self.peer_port))
+            // Authorization is off unless the test asks for it (`--auth sas` among the
+            // flags, or `TRIBUTARY_AUTH=sas` in its environment, both win over this).
+            .env(AUTH_ENV, "none")
             .args(&self.extra_args)
             .envs(self.env.iter().map(|(name, value)| (name, value)));
         let described = format!("{:?}", command.as_std());

@@ -532,7 +532,7 @@ impl Broker {
     }
 
     /// Waits until this node's view satisfies `done`, so a caller sees its own change.
-    async fn await_view(&self, done: impl Fn(&ClusterState) -> bool) {
+    pub(crate) async fn await_view(&self, done: impl Fn(&ClusterState) -> bool) {
         let mut view = self.runtime.view();
         let _ = tokio::time::timeout(VIEW_WAIT, view.wait_for(|s| done(s))).await;
     }

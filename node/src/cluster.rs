@@ -24,6 +24,7 @@ use tributary_storage::{MetaKey, Shard};
 use tributary_types::GroupId;
 
 use crate::api::error::ApiError;
+use crate::controller::rules::{RuleCommand, random_key};
 use crate::controller::state::{ClusterState, Command, ErrorKind, NodeRecord, Reply};
 use crate::controller::state_machine::{ControllerStateMachine, decode_result, encode_command};
 use crate::group::GroupStateMachine;
@@ -47,6 +48,19 @@ pub struct MembershipConfig {
     pub bootstrap_expect: usize,
     pub controller_voters: usize,
     pub cluster_id: Option<String>,
+    /// The root rule's primary key if this node creates it (`TRIBUTARY_ROOT_KEY`); random
+    /// when unset.
+    pub root_key: Option<RootKey>,
+}
+
+/// A key from the operator; never shown in logs or debug output.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RootKey(pub String);
+
+impl std::fmt::Debug for RootKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RootKey(<redacted>)")
+    }
 }
 
 pub struct ClusterRuntime {
@@ -300,6 +314,7 @@ impl ClusterRuntime {
             });
         }
         self.register().await;
+        self.ensure_root_rule();
         if rejoin_controller {
             // A voter whose data was lost rejoins the controller group as a new member;
             // the controller leader adds it as a learner and promotes it once caught up.
@@ -449,6 +464,32 @@ impl ClusterRuntime {
         self.propose_with_retry(Command::RegisterNode(self.me.clone()))
             .await;
         tracing::info!(node = self.me.id, "registered with the controller");
+    }
+
+    /// A new cluster, or one whose state predates authorization rules, gets its root rule.
+    /// Any node may be first; the command does nothing once the namespace has a rule, so the
+    /// others' proposals (and those of later starts) are no-ops. In the background, so a
+    /// controller that cannot run it yet (an older version during an upgrade) never holds
+    /// the node's start up.
+    fn ensure_root_rule(self: &Arc<Self>) {
+        if !self.state().rules.is_empty() {
+            return;
+        }
+        let primary_key = match &self.config.root_key {
+            Some(RootKey(key)) => key.clone(),
+            None => random_key(),
+        };
+        let command = Command::Rule(RuleCommand::EnsureRoot {
+            primary_key,
+            secondary_key: random_key(),
+        });
+        let this = self.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = this.propose_with_retry(command) => {}
+                _ = this.stopped() => {}
+            }
+        });
     }
 
     async fn propose_with_retry(&self, command: Command) {

@@ -9,6 +9,9 @@ use anyhow::{Context, bail};
 use serde::Deserialize;
 use tributary_types::limits::{PARTITIONS_PER_HUB_MAX_DEFAULT, PUBLISH_BYTES_MAX_DEFAULT};
 
+/// The environment variable giving the root rule's primary key to a node that creates it.
+pub const ROOT_KEY_ENV: &str = "TRIBUTARY_ROOT_KEY";
+
 /// Most capacity units one node may declare.
 pub const CAPACITY_UNITS_MAX: u32 = 1000;
 
@@ -136,6 +139,11 @@ pub struct ServeArgs {
     /// Log as JSON lines instead of human-readable text. [env: TRIBUTARY_LOG_JSON]
     #[arg(long)]
     pub log_json: bool,
+    /// How clients are authorized: `sas` (shared access signatures checked on every call)
+    /// or `none` (no checks at all: only for development; the node warns at startup).
+    /// [env: TRIBUTARY_AUTH] [default: sas]
+    #[arg(long)]
+    pub auth: Option<AuthMode>,
     /// Optional TOML file with any of the settings above. [env: TRIBUTARY_CONFIG]
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -172,6 +180,7 @@ struct FileConfig {
     retention_interval: Option<String>,
     segment_bytes: Option<u64>,
     log_json: Option<bool>,
+    auth: Option<AuthMode>,
 }
 
 /// How retention runs (`--retention-min`, `--retention-interval`).
@@ -205,6 +214,29 @@ impl Default for ConnectionSettings {
             max_connections: 10_000,
             max_streams_per_connection: 1_000,
             idle_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Whether the client port checks shared access signatures (`--auth`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// Every call needs a token granting its rights.
+    #[default]
+    Sas,
+    /// No checks: anyone who reaches the client port may do anything.
+    None,
+}
+
+impl std::str::FromStr for AuthMode {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<AuthMode, String> {
+        match text.to_ascii_lowercase().as_str() {
+            "sas" => Ok(AuthMode::Sas),
+            "none" => Ok(AuthMode::None),
+            _ => Err(format!("expected sas or none, not {text:?}")),
         }
     }
 }
@@ -277,10 +309,15 @@ pub struct NodeConfig {
     pub retention: RetentionSettings,
     pub segment_bytes: u64,
     pub log_json: bool,
+    pub auth: AuthMode,
+    /// The root rule's primary key when this node creates it: `TRIBUTARY_ROOT_KEY`, an
+    /// environment variable only (a flag would show in process listings).
+    pub root_key: Option<crate::cluster::RootKey>,
 }
 
 impl NodeConfig {
-    /// Settings for tests: everything default but the data directory and ports.
+    /// Settings for tests: everything default but the data directory and ports, and
+    /// authorization off (`AuthMode::None`).
     pub fn for_data_dir(data_dir: &Path) -> Self {
         Self {
             data_dir: data_dir.to_path_buf(),
@@ -303,6 +340,8 @@ impl NodeConfig {
             retention: RetentionSettings::default(),
             segment_bytes: SEGMENT_BYTES_DEFAULT,
             log_json: false,
+            auth: AuthMode::None,
+            root_key: None,
         }
     }
 }
@@ -512,6 +551,15 @@ impl ServeArgs {
             log_json: self.log_json
                 || env::<bool>("TRIBUTARY_LOG_JSON")?.unwrap_or(false)
                 || file.log_json.unwrap_or(false),
+            auth: self
+                .auth
+                .or(env("TRIBUTARY_AUTH")?)
+                .or(file.auth)
+                .unwrap_or_default(),
+            root_key: std::env::var(ROOT_KEY_ENV)
+                .ok()
+                .filter(|key| !key.is_empty())
+                .map(crate::cluster::RootKey),
         };
         if config.storage_shards == 0 || config.storage_shards > 64 {
             bail!("--storage-shards must be between 1 and 64");
@@ -597,6 +645,31 @@ mod tests {
         assert_eq!(config.node_id, 7);
         assert_eq!(config.client_addr.port(), 7400);
         assert_eq!(config.data_dir, PathBuf::from("./data"));
+        assert_eq!(config.auth, AuthMode::Sas);
+    }
+
+    #[test]
+    fn auth_comes_from_flag_or_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("t.toml");
+        std::fs::write(&file, "auth = \"none\"\n").unwrap();
+        let from_file = ServeArgs {
+            config: Some(file.clone()),
+            ..Default::default()
+        };
+        assert_eq!(from_file.resolve().unwrap().auth, AuthMode::None);
+        let flag_wins = ServeArgs {
+            auth: Some(AuthMode::Sas),
+            config: Some(file.clone()),
+            ..Default::default()
+        };
+        assert_eq!(flag_wins.resolve().unwrap().auth, AuthMode::Sas);
+        std::fs::write(&file, "auth = \"off\"\n").unwrap();
+        let bad = ServeArgs {
+            config: Some(file),
+            ..Default::default()
+        };
+        assert!(bad.resolve().is_err());
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub mod partition;
 pub mod placement;
 pub mod readers;
 pub mod retention;
+pub mod root_connection_string;
 pub mod status;
 
 use std::net::SocketAddr;
@@ -154,6 +155,7 @@ impl Node {
                 bootstrap_expect: config.bootstrap_expect,
                 controller_voters: config.controller_voters,
                 cluster_id: identity.cluster_id.clone().or(config.cluster_id.clone()),
+                root_key: config.root_key.clone(),
             },
             host.clone(),
             shards[0].clone(),
@@ -222,6 +224,22 @@ impl Node {
         ));
         tokio::spawn(capture::capturer::run(broker.clone()));
 
+        // The recorder first, so the auth gauge set next is kept.
+        http::metrics_handle();
+        let auth = api::auth::Auth::new(config.auth, broker.clone());
+        match config.auth {
+            config::AuthMode::Sas => {
+                tokio::spawn(root_connection_string::keep_written(
+                    broker.clone(),
+                    config.data_dir.clone(),
+                ));
+            }
+            config::AuthMode::None => tracing::warn!(
+                "AUTHORIZATION IS OFF (--auth none): anyone who reaches the client port \
+                 {client_addr} may send, read, and create or delete event hubs. Use it only \
+                 for development; leave --auth at its default (sas) otherwise"
+            ),
+        }
         let request_bytes_max = config.publish_bytes_max * 2 + REQUEST_OVERHEAD_BYTES;
         let server = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(keepalive))
@@ -231,12 +249,14 @@ impl Node {
                 ManagementServer::new(api::management::ManagementService {
                     broker: broker.clone(),
                     placement: placement.clone(),
+                    auth: auth.clone(),
                 })
                 .max_decoding_message_size(REQUEST_OVERHEAD_BYTES),
             )
             .add_service(
                 ProducerServer::new(api::producer::ProducerService {
                     broker: broker.clone(),
+                    auth: auth.clone(),
                 })
                 .max_decoding_message_size(request_bytes_max),
             )
@@ -244,16 +264,21 @@ impl Node {
                 ConsumerServer::new(api::consumer::ConsumerService {
                     broker: broker.clone(),
                     readers: readers::Readers::new(),
+                    auth: auth.clone(),
                 })
                 .max_decoding_message_size(REQUEST_OVERHEAD_BYTES),
             )
             .add_service(
-                CheckpointStoreServer::new(api::checkpoints::CheckpointStoreService { store })
-                    .max_decoding_message_size(STORE_REQUEST_BYTES_MAX),
+                CheckpointStoreServer::new(api::checkpoints::CheckpointStoreService {
+                    store,
+                    auth: auth.clone(),
+                })
+                .max_decoding_message_size(STORE_REQUEST_BYTES_MAX),
             )
             .add_service(DiagnosticsServer::new(
                 api::diagnostics::DiagnosticsService {
                     broker: broker.clone(),
+                    auth,
                 },
             ));
         let mut server_shutdown = shutdown_rx.clone();

@@ -41,7 +41,7 @@ fn main() -> std::process::ExitCode {
             Command::Serve(serve) => tributary::serve_until_signal(*serve).await,
             Command::Bench(bench) => {
                 let json = args.globals.output == tributary_client::cli::OutputFormat::Json;
-                tributary_bench::main(&args.globals.endpoint, bench, json).await
+                tributary_bench::main(args.globals.endpoint_or_default(), bench, json).await
             }
             Command::Cert(cert) => {
                 let json = args.globals.output == tributary_client::cli::OutputFormat::Json;

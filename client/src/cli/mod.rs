@@ -4,6 +4,7 @@
 //!
 //! `tributary bench` lives in the `tributary-bench` crate, which depends on this one.
 
+mod auth;
 mod cluster;
 mod debug;
 mod event_format;
@@ -14,6 +15,7 @@ mod process;
 mod receive;
 mod send;
 
+pub use auth::{AuthCommand, RuleCommand};
 pub use debug::{DebugCommand, ReplicaEventsArgs};
 pub use group::GroupCommand;
 pub use hub::HubCommand;
@@ -21,24 +23,77 @@ pub use process::ProcessArgs;
 pub use receive::ReceiveArgs;
 pub use send::SendArgs;
 
-use crate::Client;
+use crate::{Client, ConnectOptions, Transport};
+
+/// The endpoint when neither `--endpoint` nor `--connection-string` names one.
+pub const ENDPOINT_DEFAULT: &str = "http://127.0.0.1:7400";
+
+/// How the CLI reaches an `sb://` endpoint of a connection string. The CLI speaks plain
+/// HTTP/2 only, as the nodes serve it; this is the one place that changes when it speaks
+/// TLS.
+const CONNECTION_STRING_TRANSPORT: Transport = Transport::Plaintext;
 
 /// Options shared by every client command. Flatten into the top-level parser; they are
 /// global, so they may also be given after the subcommand.
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Clone, clap::Args)]
 pub struct CliGlobals {
-    /// Client endpoint of any node of the cluster.
+    /// Client endpoint of any node of the cluster. [default: the connection string's
+    /// endpoint, else http://127.0.0.1:7400]
+    #[arg(long, env = "TRIBUTARY_ENDPOINT", global = true)]
+    pub endpoint: Option<String>,
+    /// An Event Hubs connection string
+    /// (`Endpoint=sb://<node>/;SharedAccessKeyName=<rule>;SharedAccessKey=<key>`, optionally
+    /// `;EntityPath=<hub>`): the credential every call carries, and the endpoint unless
+    /// --endpoint is given. Nodes with `--auth sas` need one.
     #[arg(
         long,
-        env = "TRIBUTARY_ENDPOINT",
-        default_value = "http://127.0.0.1:7400",
+        env = "TRIBUTARY_CONNECTION_STRING",
+        hide_env_values = true,
         global = true
     )]
-    pub endpoint: String,
+    pub connection_string: Option<String>,
     /// Output format: `table` for people, `json` for scripts (`receive` prints one JSON object
     /// per event and line).
     #[arg(long, value_enum, default_value_t = OutputFormat::Table, global = true)]
     pub output: OutputFormat,
+}
+
+impl CliGlobals {
+    /// `--endpoint`, or the default when not given (the bench's nodes).
+    pub fn endpoint_or_default(&self) -> &str {
+        self.endpoint.as_deref().unwrap_or(ENDPOINT_DEFAULT)
+    }
+
+    /// A client for the command: authorized with `--connection-string` when given.
+    pub async fn connect(&self) -> anyhow::Result<Client> {
+        Ok(match &self.connection_string {
+            None => Client::connect(self.endpoint_or_default()).await?,
+            Some(text) => {
+                let options = ConnectOptions {
+                    transport: CONNECTION_STRING_TRANSPORT,
+                    endpoint: self.endpoint.clone(),
+                    ..ConnectOptions::default()
+                };
+                Client::from_connection_string_with(text, options)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("--connection-string: {e}"))?
+            }
+        })
+    }
+}
+
+/// Never shows the connection string's key.
+impl std::fmt::Debug for CliGlobals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CliGlobals")
+            .field("endpoint", &self.endpoint)
+            .field(
+                "connection_string",
+                &self.connection_string.as_ref().map(|_| "<redacted>"),
+            )
+            .field("output", &self.output)
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -71,11 +126,14 @@ pub enum CliCommand {
     /// Look inside the node at --endpoint (e.g. list its replica of a partition).
     #[command(subcommand)]
     Debug(DebugCommand),
+    /// Shared access authorization rules (`auth rule create|list|keys|rotate|delete`).
+    #[command(subcommand)]
+    Auth(AuthCommand),
 }
 
 /// Runs one client command against `globals.endpoint`.
 pub async fn run(globals: CliGlobals, command: CliCommand) -> anyhow::Result<()> {
-    let client = Client::connect(&globals.endpoint).await?;
+    let client = globals.connect().await?;
     let output = globals.output;
     match command {
         CliCommand::Hub(command) => hub::run(&client, output, command).await,
@@ -86,6 +144,7 @@ pub async fn run(globals: CliGlobals, command: CliCommand) -> anyhow::Result<()>
         CliCommand::Cluster(command) => cluster::run(&client, output, command).await,
         CliCommand::Node(command) => cluster::run_node(&client, command).await,
         CliCommand::Debug(command) => debug::run(&client, command).await,
+        CliCommand::Auth(command) => auth::run(&client, output, command).await,
     }
 }
 

@@ -20,6 +20,7 @@ const COMMANDS: &[(&[&str], &[&str])] = &[
             "--node-id",
             "--cluster-id",
             "--config",
+            "--auth",
         ],
     ),
     (
@@ -73,6 +74,14 @@ const COMMANDS: &[(&[&str], &[&str])] = &[
         ],
     ),
     (&["cert", "ca"], &["--out", "--name", "--days", "--force"]),
+    (
+        &["auth", "rule", "create"],
+        &["--rights", "--hub", "--connection-string", "--endpoint"],
+    ),
+    (&["auth", "rule", "list"], &["--hub", "--connection-string"]),
+    (&["auth", "rule", "keys"], &["--hub"]),
+    (&["auth", "rule", "rotate"], &["--key", "--hub"]),
+    (&["auth", "rule", "delete"], &["--hub"]),
     (
         &["cert", "node"],
         &[

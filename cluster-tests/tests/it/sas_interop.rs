@@ -1,11 +1,14 @@
 //! Shared access signatures against a reference no one here wrote: the Event Hubs Python
 //! SDK (azure-eventhub, from `scripts/python-test-deps`). Its tokens must pass our
-//! verification, and ours must be the same text, byte for byte.
+//! verification, and ours must be the same text, byte for byte; a node with `--auth sas`
+//! accepts its token on a real send.
 
 use std::path::Path;
 use std::process::Command;
 
+use tributary_client::{Client, ConnectOptions, EventData, SendTarget};
 use tributary_cluster_tests::python_tools::python_deps;
+use tributary_cluster_tests::{NodePorts, NodeProcess, TestDir};
 use tributary_types::{AuthError, AuthorizationRule, ConnectionString, Credential, Rights};
 use tributary_types::{authorize, parse_token, sign};
 
@@ -192,4 +195,88 @@ fn sdk_parses_connection_strings_as_we_do() {
         let ours = [ours.host(), ours.entity_path().unwrap_or(""), key_name, key].join("\t");
         assert_eq!(ours, sdk, "{text}");
     }
+}
+
+#[tokio::test]
+async fn a_node_accepts_a_token_the_sdk_made() {
+    let Some(venv) = python_deps() else { return };
+    const ROOT_KEY: &str = "c2VjcmV0LWtleS1mb3ItdGVzdHM=";
+    let dir = TestDir::new("sas_interop_node");
+    let mut node = NodeProcess::launch_with_env(
+        &dir.path().join("node"),
+        NodePorts::free(),
+        &["--auth".to_owned(), "sas".to_owned()],
+        &[("TRIBUTARY_ROOT_KEY", ROOT_KEY)],
+    );
+    node.wait_ready().await;
+    let connect = |text: String| {
+        let endpoint = node.endpoint();
+        async move {
+            let options = ConnectOptions {
+                endpoint: Some(endpoint),
+                ..ConnectOptions::default()
+            };
+            Client::from_connection_string_with(&text, options)
+                .await
+                .unwrap()
+        }
+    };
+    let root = connect(format!(
+        "Endpoint=sb://ns.example.net/;SharedAccessKeyName=RootManageSharedAccessKey;\
+         SharedAccessKey={ROOT_KEY}"
+    ))
+    .await;
+    // The root rule is made just after the node is ready: retry until it is in force.
+    let created = async {
+        loop {
+            match root.create_event_hub("orders", 1, None).await {
+                Ok(hub) => return hub,
+                Err(err) if err.to_string().contains("not an authorization rule") => {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await
+                }
+                Err(err) => panic!("{err}"),
+            }
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(30), created)
+        .await
+        .expect("the root rule is in force within 30 s");
+
+    // The SDK's whole path: EventHubSharedKeyCredential.get_token for the hub.
+    let answers = ask_sdk(
+        &venv,
+        &[vec![
+            "credential",
+            "sb://ns.example.net/orders",
+            "RootManageSharedAccessKey",
+            ROOT_KEY,
+        ]],
+    );
+    let sdk_token = &answers[0];
+    let with_sdk_token = connect(format!(
+        "Endpoint=sb://ns.example.net/;SharedAccessSignature={sdk_token}"
+    ))
+    .await;
+    let sent = with_sdk_token
+        .producer()
+        .send(
+            "orders",
+            SendTarget::PartitionId("0".into()),
+            [EventData::from_body("signed in python")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(sent.first_sequence_number, 0);
+    // The same token does not cover another hub.
+    root.create_event_hub("other", 1, None).await.unwrap();
+    let refused = with_sdk_token
+        .producer()
+        .send(
+            "other",
+            SendTarget::PartitionId("0".into()),
+            [EventData::from_body("x")],
+        )
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("does not cover"), "{refused}");
 }

@@ -2,6 +2,9 @@ use std::sync::Arc;
 
 use crate::api::convert::consumer_group as group;
 use tonic::{Request, Response, Status};
+use tributary_types::Rights;
+
+use crate::api::auth::{Auth, Scope};
 use tributary_proto::v1 as pb;
 use tributary_proto::v1::checkpoint_store_server::CheckpointStore as CheckpointStoreApi;
 
@@ -11,6 +14,7 @@ use crate::controller::store::{Checkpoint, Claim, Ownership};
 
 pub struct CheckpointStoreService {
     pub store: Arc<dyn CheckpointStore>,
+    pub auth: Auth,
 }
 
 /// A partition id as this API writes it: the partition's index in decimal.
@@ -50,6 +54,11 @@ impl CheckpointStoreApi for CheckpointStoreService {
         &self,
         request: Request<pb::ListOwnershipRequest>,
     ) -> Result<Response<pb::ListOwnershipResponse>, Status> {
+        self.auth.check(
+            &request,
+            Scope::Hub(&request.get_ref().event_hub),
+            Rights::LISTEN,
+        )?;
         let req = request.into_inner();
         let records = self
             .store
@@ -64,6 +73,11 @@ impl CheckpointStoreApi for CheckpointStoreService {
         &self,
         request: Request<pb::ClaimOwnershipRequest>,
     ) -> Result<Response<pb::ClaimOwnershipResponse>, Status> {
+        self.auth.check(
+            &request,
+            Scope::Hub(&request.get_ref().event_hub),
+            Rights::LISTEN,
+        )?;
         let req = request.into_inner();
         let claims = req
             .claims
@@ -89,6 +103,11 @@ impl CheckpointStoreApi for CheckpointStoreService {
         &self,
         request: Request<pb::UpdateCheckpointRequest>,
     ) -> Result<Response<pb::Checkpoint>, Status> {
+        self.auth.check(
+            &request,
+            Scope::Hub(&request.get_ref().event_hub),
+            Rights::LISTEN,
+        )?;
         let req = request.into_inner();
         let Some(update) = req.checkpoint else {
             return Err(ApiError::invalid("the request has no checkpoint").into());
@@ -118,6 +137,11 @@ impl CheckpointStoreApi for CheckpointStoreService {
         &self,
         request: Request<pb::ListCheckpointsRequest>,
     ) -> Result<Response<pb::ListCheckpointsResponse>, Status> {
+        self.auth.check(
+            &request,
+            Scope::Hub(&request.get_ref().event_hub),
+            Rights::LISTEN,
+        )?;
         let req = request.into_inner();
         let records = self
             .store

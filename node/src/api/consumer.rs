@@ -3,6 +3,9 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
+use tributary_types::Rights;
+
+use crate::api::auth::{Auth, Scope};
 use tributary_proto::v1 as pb;
 use tributary_proto::v1::consumer_server::Consumer;
 use tributary_types::limits::{RECEIVE_BATCH_EVENTS_DEFAULT, RECEIVE_BATCH_EVENTS_MAX};
@@ -20,6 +23,7 @@ const RECEIVE_STREAM_BATCHES_MAX: usize = 2;
 pub struct ConsumerService {
     pub broker: Arc<Broker>,
     pub readers: Arc<Readers>,
+    pub auth: Auth,
 }
 
 impl ConsumerService {
@@ -48,6 +52,11 @@ impl Consumer for ConsumerService {
         &self,
         request: Request<pb::GetPartitionReadersRequest>,
     ) -> Result<Response<pb::PartitionReaders>, Status> {
+        self.auth.check(
+            &request,
+            Scope::Hub(&request.get_ref().event_hub),
+            Rights::NONE,
+        )?;
         let req = request.into_inner();
         let (hub, group, index, partition) = self
             .locate(&req.event_hub, &req.consumer_group, &req.partition_id)
@@ -76,6 +85,11 @@ impl Consumer for ConsumerService {
         &self,
         request: Request<pb::ReceiveRequest>,
     ) -> Result<Response<Self::ReceiveStream>, Status> {
+        self.auth.check(
+            &request,
+            Scope::Hub(&request.get_ref().event_hub),
+            Rights::LISTEN,
+        )?;
         let req = request.into_inner();
         let (hub, group, index, partition) = self
             .locate(&req.event_hub, &req.consumer_group, &req.partition_id)

@@ -4,6 +4,9 @@
 use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
+use tributary_types::Rights;
+
+use crate::api::auth::{Auth, Scope};
 use tributary_proto::v1 as pb;
 use tributary_proto::v1::diagnostics_server::Diagnostics;
 
@@ -18,6 +21,7 @@ pub const REPLICA_EVENTS_PAGE_MAX: u32 = 10_000;
 
 pub struct DiagnosticsService {
     pub broker: Arc<Broker>,
+    pub auth: Auth,
 }
 
 #[tonic::async_trait]
@@ -26,6 +30,8 @@ impl Diagnostics for DiagnosticsService {
         &self,
         request: Request<pb::ReplicaEventsRequest>,
     ) -> Result<Response<pb::ReplicaEventsResponse>, Status> {
+        self.auth
+            .check(&request, Scope::Namespace, Rights::MANAGE)?;
         let req = request.into_inner();
         let max_events = page_size(req.max_events)?;
         if req.from_sequence_number < 0 {

@@ -97,6 +97,12 @@ impl From<ApiError> for tonic::Status {
     }
 }
 
+impl From<crate::controller::state::CommandError> for ApiError {
+    fn from(err: crate::controller::state::CommandError) -> Self {
+        ApiError::new(err.kind.reason(), err.message)
+    }
+}
+
 impl From<PartitionError> for ApiError {
     fn from(err: PartitionError) -> Self {
         match err {

@@ -1,5 +1,6 @@
 //! gRPC handlers: decode, call the broker, map errors. Protobuf types stop here.
 
+pub mod auth;
 pub mod checkpoints;
 pub mod consumer;
 pub mod convert;

@@ -1,6 +1,9 @@
 use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
+use tributary_types::Rights;
+
+use crate::api::auth::{Auth, Scope};
 use tributary_proto::ErrorReason;
 use tributary_proto::v1 as pb;
 use tributary_proto::v1::producer_server::Producer;
@@ -14,6 +17,7 @@ use tributary_raft::ProducerStamp;
 
 pub struct ProducerService {
     pub broker: Arc<Broker>,
+    pub auth: Auth,
 }
 
 /// How long a send may still wait for its commit once the node has begun to shut down
@@ -26,6 +30,11 @@ impl Producer for ProducerService {
         &self,
         request: Request<pb::SendRequest>,
     ) -> Result<Response<pb::SendResponse>, Status> {
+        self.auth.check(
+            &request,
+            Scope::Hub(&request.get_ref().event_hub),
+            Rights::SEND,
+        )?;
         let _in_flight = InFlight::send();
         let req = request.into_inner();
         let hub = self.broker.hub(&req.event_hub)?;

@@ -5,13 +5,15 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::rules::RuleCommand;
 use super::store::{StoreCommand, StoreReply};
 
 use super::planner;
 use crate::capture::CaptureDestination;
 use tributary_types::limits::{CONSUMER_GROUPS_PER_HUB_MAX, RETENTION_MAX};
 use tributary_types::{
-    DEFAULT_CONSUMER_GROUP, HubId, validate_consumer_group_name, validate_hub_name,
+    AuthorizationRule, DEFAULT_CONSUMER_GROUP, HubId, validate_consumer_group_name,
+    validate_hub_name,
 };
 
 /// Replication factors a hub may have.
@@ -108,6 +110,9 @@ pub struct HubRecord {
     pub founders: Vec<Vec<u64>>,
     /// Retention and cleanup settings, changeable with `UpdateHub`.
     pub settings: HubSettings,
+    /// The hub's shared access authorization rules (the namespace's apply too).
+    #[serde(default)]
+    pub rules: Vec<AuthorizationRule>,
 }
 
 /// What happens to a hub's old events.
@@ -285,6 +290,9 @@ pub struct ClusterState {
     pub version: u64,
     /// Replica moves under way (at most one per partition).
     pub moves: Vec<ReplicaMove>,
+    /// The namespace's shared access authorization rules: they apply to every hub.
+    #[serde(default)]
+    pub rules: Vec<AuthorizationRule>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -350,6 +358,8 @@ pub enum Command {
         hub: String,
         update: HubUpdate,
     },
+    /// Creates, deletes or rekeys a shared access authorization rule.
+    Rule(RuleCommand),
 }
 
 /// What `CreateHub` asks for.
@@ -377,8 +387,12 @@ pub struct NewHub {
 pub enum Reply {
     Done,
     Hub(HubRecord),
-    ConsumerGroupCreated { created_at_ms: i64 },
+    ConsumerGroupCreated {
+        created_at_ms: i64,
+    },
     Store(StoreReply),
+    /// A rule as created or rekeyed.
+    Rule(AuthorizationRule),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -642,6 +656,7 @@ impl ClusterState {
                     created_at_ms: now_ms,
                 })
             }
+            Command::Rule(command) => self.apply_rule(command),
             Command::Store(_) => Err(err(
                 ErrorKind::InvalidArgument,
                 "checkpoint store operations apply to the consumer store",
@@ -767,6 +782,7 @@ impl ClusterState {
             moved: BTreeSet::new(),
             joins: BTreeMap::new(),
             settings,
+            rules: Vec::new(),
         };
         self.hubs.insert(name, record.clone());
         Ok(Reply::Hub(record))

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod auth;
 mod bad_input;
 mod buffered;
 mod capture;
