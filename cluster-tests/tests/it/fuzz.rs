@@ -6,6 +6,10 @@
 //! panic in its log, the process alive) and afterwards still serve: a hub created and read
 //! back, `/healthz` answering.
 //!
+//! The node checks shared access signatures: most calls carry a valid token (so the fuzzed
+//! bodies reach the handlers), the others a garbage token or none (so token parsing is
+//! fuzzed on a live node too).
+//!
 //! The method list is read from the `.proto` files, so a new RPC is fuzzed without a change
 //! here. `TRIBUTARY_FUZZ_SECONDS` sets the time spent (default 20); `scripts/fuzz` runs it
 //! for longer. `TRIBUTARY_TEST_SEED` replays a run.
@@ -23,8 +27,10 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::Channel;
-use tributary_client::{Client, EventData, EventPosition, SendTarget};
-use tributary_cluster_tests::{NodeProcess, TestDir, test_seed};
+use tributary_client::{
+    Client, ConnectOptions, ConnectionString, EventData, EventPosition, SendTarget,
+};
+use tributary_cluster_tests::{NodeProcess, TestDir, http_get, test_seed};
 
 /// One gRPC method: its path and whether the server streams replies.
 #[derive(Debug, Clone)]
@@ -209,12 +215,14 @@ fn random_body(rng: &mut StdRng) -> Bytes {
     Bytes::from(body)
 }
 
-/// Calls `method` with `body`; what the node answered, or `None` when the call neither
-/// failed nor finished in time (a stream waiting for events).
+/// Calls `method` with `body` (and `token` as its authorization); what the node answered,
+/// or `None` when the call neither failed nor finished in time (a stream waiting for
+/// events).
 async fn call(
     channel: &Channel,
     method: &Method,
     body: Bytes,
+    token: Option<&str>,
 ) -> Option<Result<(), tonic::Status>> {
     let mut grpc = tonic::client::Grpc::new(channel.clone());
     let path = tonic::codegen::http::uri::PathAndQuery::from_str(&method.path).unwrap();
@@ -222,8 +230,12 @@ async fn call(
         grpc.ready()
             .await
             .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        let mut request = tonic::Request::new(body);
+        if let Some(value) = token.and_then(|t| t.parse().ok()) {
+            request.metadata_mut().insert("authorization", value);
+        }
         let mut replies = grpc
-            .server_streaming(tonic::Request::new(body), path, RawCodec)
+            .server_streaming(request, path, RawCodec)
             .await?
             .into_inner();
         // A stream's first reply (or its end) is enough.
@@ -238,6 +250,50 @@ async fn call(
         Duration::from_secs(10)
     };
     tokio::time::timeout(patience, exchange).await.ok()
+}
+
+/// The token a call carries: mostly the valid one, sometimes garbage (random text, a
+/// token's shape with random parts, one byte changed), sometimes none.
+fn random_token(rng: &mut StdRng, valid: &str) -> Option<String> {
+    match rng.random_range(0..10) {
+        0 => None,
+        1 => Some(
+            String::from_utf8_lossy(&random_bytes(rng, 200))
+                .chars()
+                .filter(|c| !c.is_control())
+                .collect(),
+        ),
+        2 => {
+            let part = |rng: &mut StdRng| String::from_utf8_lossy(&random_string(rng)).into_owned();
+            Some(format!(
+                "SharedAccessSignature sr={}&sig={}&se={}&skn={}",
+                part(rng),
+                part(rng),
+                random_number(rng),
+                part(rng)
+            ))
+        }
+        3 => {
+            let mut bytes = valid.as_bytes().to_vec();
+            let at = rng.random_range(0..bytes.len());
+            bytes[at] = rng.random_range(b' '..=b'~');
+            Some(String::from_utf8(bytes).unwrap())
+        }
+        _ => Some(valid.to_owned()),
+    }
+}
+
+/// The root rule's connection string, once the node has written it.
+async fn root_connection_string(data_dir: &Path) -> String {
+    let path = data_dir.join("root-connection-string");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            return text.trim().to_owned();
+        }
+        assert!(Instant::now() < deadline, "{} not written", path.display());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Raw bytes to a TCP port: garbage, HTTP/2's preface followed by garbage frames, or a
@@ -272,8 +328,7 @@ async fn garbage_to_port(rng: &mut StdRng, port: u16) {
 
 /// The node serves normally: a hub is created, events sent are read back, `/healthz`
 /// answers.
-async fn assert_serves(node: &NodeProcess, hub: &str) {
-    let client = Client::connect(&node.endpoint()).await.unwrap();
+async fn assert_serves(node: &NodeProcess, client: &Client, hub: &str) {
     client.create_event_hub(hub, 2, None).await.unwrap();
     let bodies: Vec<String> = (0..10).map(|i| format!("after-fuzz-{i}")).collect();
     client
@@ -304,28 +359,8 @@ async fn assert_serves(node: &NodeProcess, hub: &str) {
         );
     }
     assert_eq!(read, bodies);
-    let health = http_get(node.http_addr(), "/healthz").await;
-    assert!(health.starts_with("HTTP/1.1 200"), "/healthz: {health}");
-}
-
-/// A minimal HTTP/1.1 GET (the tests have no HTTP client of their own).
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await
-        .unwrap();
-    let mut response = String::new();
-    tokio::time::timeout(
-        Duration::from_secs(10),
-        stream.read_to_string(&mut response),
-    )
-    .await
-    .expect("the HTTP port answers")
-    .unwrap();
-    response
+    let health = http_get(node.http_addr(), "/healthz").await.unwrap();
+    assert_eq!(health.status, 200, "/healthz: {}", health.body);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -338,9 +373,25 @@ async fn garbage_on_every_port_and_method_never_stops_the_node() {
             .unwrap_or(20),
     );
     let dir = TestDir::new("fuzz");
-    let mut node = NodeProcess::start(&dir.path().join("node")).await;
-    // A hub and a consumer group the fuzzed names hit.
-    let client = Client::connect(&node.endpoint()).await.unwrap();
+    let data_dir = dir.path().join("node");
+    let mut node = NodeProcess::start_with_args(&data_dir, &["--auth", "sas"]).await;
+    let root = root_connection_string(&data_dir).await;
+    let client = Client::from_connection_string_with(
+        &root,
+        ConnectOptions {
+            endpoint: Some(node.endpoint()),
+            ..ConnectOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let parsed = ConnectionString::parse(&root).unwrap();
+    let token = parsed.token_for(&parsed.resource_uri(None), 3600, now);
+    // A hub the fuzzed names hit.
     client.create_event_hub("fuzz", 2, None).await.unwrap();
     client
         .producer()
@@ -392,7 +443,9 @@ async fn garbage_on_every_port_and_method_never_stops_the_node() {
             )
         };
         calls += 1;
-        if let Some(outcome) = call(channel, method, random_body(&mut rng)).await {
+        let body = random_body(&mut rng);
+        let token = random_token(&mut rng, &token);
+        if let Some(outcome) = call(channel, method, body, token.as_deref()).await {
             answered += 1;
             let code = match outcome {
                 Ok(()) => "ok".to_owned(),
@@ -433,6 +486,6 @@ async fn garbage_on_every_port_and_method_never_stops_the_node() {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    assert_serves(&node, "after-fuzz").await;
+    assert_serves(&node, &client, "after-fuzz").await;
     node.assert_running();
 }
