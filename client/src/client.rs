@@ -1,5 +1,6 @@
 //! The connection to a Tributary node and the management calls.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +11,29 @@ use tributary_proto::v1::management_client::ManagementClient as ManagementStub;
 use crate::routing::{RETRY_DEADLINE_DEFAULT, Routing, make_channel};
 
 use crate::{ClientError, ConsumerClient, ProducerClient};
+
+/// How [`Client::connect_with`] connects. `ClientOptions::default()` is what
+/// [`Client::connect`] uses.
+#[derive(Debug, Clone, Default)]
+pub struct ClientOptions {
+    /// PEM file of the CA that signed the nodes' client-port certificates: `https://`
+    /// endpoints trust it, and only it. Needed for `https://` endpoints.
+    pub ca_cert: Option<PathBuf>,
+}
+
+impl ClientOptions {
+    fn tls(&self) -> Result<crate::routing::Tls, ClientError> {
+        let Some(path) = &self.ca_cert else {
+            return Ok(None);
+        };
+        let certificates = crate::tls::read_certificates(path)
+            .map_err(|e| ClientError::InvalidArgument(format!("CA certificate: {e}")))?;
+        let config = crate::tls::client_config(&certificates, None).map_err(|reason| {
+            ClientError::InvalidArgument(format!("CA certificate {}: {reason}", path.display()))
+        })?;
+        Ok(Some(Arc::new(config)))
+    }
+}
 
 /// A connection to one Tributary node. Cheap to clone: clones share the connection.
 #[derive(Debug, Clone)]
@@ -25,10 +49,26 @@ impl Client {
     /// unreachable node shows up as a [`ClientError::Transport`] from that call; a malformed
     /// endpoint is an error here.
     pub async fn connect(endpoint: &str) -> Result<Client, ClientError> {
+        Client::connect_with(endpoint, ClientOptions::default()).await
+    }
+
+    /// Like [`Client::connect`], with options: for an `https://` endpoint, the CA that
+    /// signed the nodes' client-port certificates. Channels to other nodes (a partition's
+    /// leader) use the same scheme and TLS settings.
+    pub async fn connect_with(
+        endpoint: &str,
+        options: ClientOptions,
+    ) -> Result<Client, ClientError> {
         let endpoint: Arc<str> = normalize_endpoint(endpoint)?.into();
-        let channel = make_channel(&endpoint)?;
+        let tls = options.tls()?;
+        let channel = make_channel(&endpoint, &tls)?;
         Ok(Client {
-            routing: Routing::new(endpoint.clone(), channel.clone(), RETRY_DEADLINE_DEFAULT),
+            routing: Routing::new(
+                endpoint.clone(),
+                channel.clone(),
+                RETRY_DEADLINE_DEFAULT,
+                tls,
+            ),
             channel,
             endpoint,
         })
@@ -39,12 +79,20 @@ impl Client {
     /// the call is retried on another of them, so no single node being down stops the
     /// client.
     pub async fn connect_any<S: AsRef<str>>(endpoints: &[S]) -> Result<Client, ClientError> {
+        Client::connect_any_with(endpoints, ClientOptions::default()).await
+    }
+
+    /// [`Client::connect_any`] with options (see [`Client::connect_with`]).
+    pub async fn connect_any_with<S: AsRef<str>>(
+        endpoints: &[S],
+        options: ClientOptions,
+    ) -> Result<Client, ClientError> {
         let Some((first, others)) = endpoints.split_first() else {
             return Err(ClientError::InvalidArgument(
                 "at least one endpoint is needed, e.g. http://127.0.0.1:7400".into(),
             ));
         };
-        let client = Client::connect(first.as_ref()).await?;
+        let client = Client::connect_with(first.as_ref(), options).await?;
         for other in others {
             let other = normalize_endpoint(other.as_ref())?;
             client.routing.know_endpoint(&other.into())?;
@@ -64,7 +112,12 @@ impl Client {
 
     /// Routing like this client's (the nodes it knows) over `channel` to the first node.
     fn routing_over(&self, channel: Channel, retry_deadline: Duration) -> Routing {
-        let routing = Routing::new(self.endpoint.clone(), channel, retry_deadline);
+        let routing = Routing::new(
+            self.endpoint.clone(),
+            channel,
+            retry_deadline,
+            self.routing.tls().clone(),
+        );
         for endpoint in self.routing.known_endpoints() {
             // Known endpoints were valid when first made.
             let _ = routing.know_endpoint(&endpoint);
@@ -76,7 +129,7 @@ impl Client {
     /// calls that must not wait behind busy streams on a shared connection (HTTP/2 flow
     /// control is per connection) use it.
     pub fn separate_connection(&self) -> Result<Client, ClientError> {
-        let channel = make_channel(&self.endpoint)?;
+        let channel = make_channel(&self.endpoint, self.routing.tls())?;
         Ok(Client {
             routing: self.routing_over(channel.clone(), self.routing.retry_deadline()),
             channel,
@@ -414,7 +467,7 @@ pub(crate) fn require_name(what: &str, value: &str) -> Result<(), ClientError> {
     Ok(())
 }
 
-/// Adds `http://` when no scheme is given; refuses schemes this build cannot speak.
+/// Adds `http://` when no scheme is given; refuses schemes other than http and https.
 fn normalize_endpoint(endpoint: &str) -> Result<String, ClientError> {
     let endpoint = endpoint.trim();
     if endpoint.is_empty() {
@@ -424,12 +477,9 @@ fn normalize_endpoint(endpoint: &str) -> Result<String, ClientError> {
     }
     match endpoint.split_once("://") {
         None => Ok(format!("http://{endpoint}")),
-        Some(("http", _)) => Ok(endpoint.to_owned()),
-        Some(("https", _)) => Err(ClientError::InvalidArgument(format!(
-            "endpoint '{endpoint}': TLS is not supported by this client yet; use http://"
-        ))),
+        Some(("http" | "https", _)) => Ok(endpoint.to_owned()),
         Some((scheme, _)) => Err(ClientError::InvalidArgument(format!(
-            "endpoint '{endpoint}': unsupported scheme '{scheme}'; expected http://host:port"
+            "endpoint '{endpoint}': unsupported scheme '{scheme}'; expected http://host:port or https://host:port"
         ))),
     }
 }
@@ -450,7 +500,7 @@ mod tests {
         );
         assert!(normalize_endpoint("").is_err());
         assert!(normalize_endpoint("ftp://x").is_err());
-        assert!(normalize_endpoint("https://x").is_err());
+        assert_eq!(normalize_endpoint("https://x:1").unwrap(), "https://x:1");
     }
 
     #[tokio::test]

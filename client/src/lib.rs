@@ -40,12 +40,13 @@ pub mod processor;
 mod producer;
 mod routing;
 mod time;
+pub mod tls;
 
 pub use buffered::{
     BATCH_BYTES_MAX_DEFAULT, BufferedOptions, BufferedProducer, Delivery, DeliveryFuture,
 };
 pub use checkpoints::{CheckpointStore, ClusterCheckpointStore, InMemoryCheckpointStore};
-pub use client::{CaptureOptions, Client, HubChanges, HubOptions};
+pub use client::{CaptureOptions, Client, ClientOptions, HubChanges, HubOptions};
 pub use consumer::{ConsumerClient, ReceiveOptions, ReceiveStream};
 pub use diagnostics::{ReplicaListing, ReplicaSummary, body_checksum, replica_digest};
 pub use error::ClientError;

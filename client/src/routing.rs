@@ -27,6 +27,7 @@ pub(crate) type PartitionKey = (String, String);
 #[derive(Debug)]
 struct Inner {
     base: Arc<str>,
+    tls: Tls,
     retry_deadline: Duration,
     channels: Mutex<HashMap<Arc<str>, Channel>>,
     leaders: Mutex<HashMap<PartitionKey, Arc<str>>>,
@@ -43,17 +44,30 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// middleboxes, and notice dead peers.
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 
-/// A lazily connected channel to `endpoint` (remade when it breaks).
-pub(crate) fn make_channel(endpoint: &str) -> Result<Channel, ClientError> {
-    Ok(Endpoint::from_shared(endpoint.to_owned())
+/// The TLS settings of a client's `https://` channels (`None`: plain text only).
+pub(crate) type Tls = Option<Arc<rustls::ClientConfig>>;
+
+/// A lazily connected channel to `endpoint` (remade when it breaks); `https://` endpoints
+/// use `tls`.
+pub(crate) fn make_channel(endpoint: &str, tls: &Tls) -> Result<Channel, ClientError> {
+    let settings = Endpoint::from_shared(endpoint.to_owned())
         .map_err(|e| {
             ClientError::InvalidArgument(format!("endpoint '{endpoint}' is not a valid URL: {e}"))
         })?
         .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true)
         .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
-        .keep_alive_while_idle(true)
-        .connect_lazy())
+        .keep_alive_while_idle(true);
+    if !endpoint.starts_with("https://") {
+        return Ok(settings.connect_lazy());
+    }
+    let Some(tls) = tls else {
+        return Err(ClientError::InvalidArgument(format!(
+            "endpoint '{endpoint}' uses TLS: give the CA certificate that signed the nodes' \
+             certificates (--ca-cert FILE, or ClientOptions::ca_cert)"
+        )));
+    };
+    Ok(settings.connect_with_connector_lazy(crate::tls::TlsConnector::new(tls.clone())))
 }
 
 /// Backoff before retry `attempt` (1-based): exponential, capped, with ±50 % jitter so
@@ -66,16 +80,27 @@ pub(crate) fn backoff(attempt: u32) -> Duration {
 }
 
 impl Routing {
-    pub(crate) fn new(base: Arc<str>, channel: Channel, retry_deadline: Duration) -> Self {
+    pub(crate) fn new(
+        base: Arc<str>,
+        channel: Channel,
+        retry_deadline: Duration,
+        tls: Tls,
+    ) -> Self {
         let channels = HashMap::from([(base.clone(), channel)]);
         Self {
             inner: Arc::new(Inner {
                 base,
+                tls,
                 retry_deadline,
                 channels: Mutex::new(channels),
                 leaders: Mutex::new(HashMap::new()),
             }),
         }
+    }
+
+    /// The TLS settings channels to other nodes are made with.
+    pub(crate) fn tls(&self) -> &Tls {
+        &self.inner.tls
     }
 
     /// How long a call keeps retrying; zero when retries are off.
@@ -100,7 +125,7 @@ impl Routing {
             .leaders
             .lock()
             .expect("leaders lock")
-            .insert(partition, normalize_hint(hint).into());
+            .insert(partition, normalize_hint(hint, &self.inner.base).into());
     }
 
     /// Where to go after `failed` could not be reached: the first node, or when that is the
@@ -145,7 +170,7 @@ impl Routing {
             let base = self.inner.base.clone();
             channels.retain(|e, _| *e == base);
         }
-        let channel = make_channel(endpoint)?;
+        let channel = make_channel(endpoint, &self.inner.tls)?;
         channels.insert(endpoint.clone(), channel.clone());
         Ok(channel)
     }
@@ -201,7 +226,7 @@ impl Routing {
                     ..
                 } if hops < HINT_HOPS_MAX => {
                     hops += 1;
-                    endpoint = normalize_hint(hint).into();
+                    endpoint = normalize_hint(hint, &self.inner.base).into();
                     continue;
                 }
                 ClientError::Transport { .. } => {
@@ -217,9 +242,13 @@ impl Routing {
     }
 }
 
-fn normalize_hint(hint: &str) -> String {
+/// A leader hint (the leader's client address, `host:port`) as an endpoint with the
+/// scheme of `base`: every node of a cluster serves its client port the same way.
+fn normalize_hint(hint: &str, base: &str) -> String {
     if hint.contains("://") {
         hint.to_owned()
+    } else if base.starts_with("https://") {
+        format!("https://{hint}")
     } else {
         format!("http://{hint}")
     }
@@ -242,8 +271,8 @@ mod tests {
 
     fn routing(base: &str) -> Routing {
         let base: Arc<str> = base.into();
-        let channel = make_channel(&base).unwrap();
-        Routing::new(base, channel, RETRY_DEADLINE_DEFAULT)
+        let channel = make_channel(&base, &None).unwrap();
+        Routing::new(base, channel, RETRY_DEADLINE_DEFAULT, None)
     }
 
     #[tokio::test]
@@ -272,7 +301,14 @@ mod tests {
 
     #[test]
     fn hints_become_endpoints() {
-        assert_eq!(normalize_hint("10.0.0.2:7400"), "http://10.0.0.2:7400");
-        assert_eq!(normalize_hint("http://a:1"), "http://a:1");
+        assert_eq!(
+            normalize_hint("10.0.0.2:7400", "http://b:1"),
+            "http://10.0.0.2:7400"
+        );
+        assert_eq!(
+            normalize_hint("10.0.0.2:7400", "https://b:1"),
+            "https://10.0.0.2:7400"
+        );
+        assert_eq!(normalize_hint("http://a:1", "https://b:1"), "http://a:1");
     }
 }

@@ -19,6 +19,7 @@ pub mod placement;
 pub mod readers;
 pub mod retention;
 pub mod status;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -34,7 +35,7 @@ use tributary_proto::v1::consumer_server::ConsumerServer;
 use tributary_proto::v1::diagnostics_server::DiagnosticsServer;
 use tributary_proto::v1::management_server::ManagementServer;
 use tributary_proto::v1::producer_server::ProducerServer;
-use tributary_raft::{GroupHost, PeerRouter, PeerService, TcpConnector};
+use tributary_raft::{GroupHost, PeerRouter, PeerService};
 use tributary_storage::{Shard, ShardConfig};
 use tributary_types::{NodeId, SystemClock};
 
@@ -130,10 +131,11 @@ impl Node {
         let http_addr = http_listener.local_addr()?;
         let peer_addr = peer_listener.local_addr()?;
 
+        let node_tls = tls::NodeTls::load(&config.tls)?;
         let node_id = NodeId(identity.node_id);
         let host = GroupHost::with_settings(
             node_id,
-            PeerRouter::new(node_id.0, TcpConnector),
+            PeerRouter::new(node_id.0, node_tls.peer_connector.clone()),
             config.raft,
         );
         host.hibernate_idle();
@@ -156,6 +158,7 @@ impl Node {
             },
             host.clone(),
             shards[0].clone(),
+            node_tls.peer_connector.clone(),
         );
         let broker = Broker::new(
             runtime.clone(),
@@ -173,22 +176,28 @@ impl Node {
         let placement = placement::Placement::new(broker.clone(), config.placement, clock);
         let (shutdown, shutdown_rx) = watch::channel(false);
 
-        let mut peer_shutdown = shutdown_rx.clone();
-        let peer_server = tokio::spawn(
-            tonic::transport::Server::builder()
-                .initial_stream_window_size(tributary_raft::PEER_STREAM_WINDOW_BYTES)
-                .initial_connection_window_size(tributary_raft::PEER_CONNECTION_WINDOW_BYTES)
-                .add_service(PeerService::new(host.clone()).into_server())
-                .add_service(ClusterServer::new(ClusterService {
-                    runtime: runtime.clone(),
-                }))
-                .add_service(NodeStatusServer::new(status::NodeStatusService {
-                    broker: broker.clone(),
-                }))
-                .serve_with_incoming_shutdown(no_delay(peer_listener), async move {
-                    let _ = peer_shutdown.wait_for(|stop| *stop).await;
-                }),
-        );
+        let peer_router = tonic::transport::Server::builder()
+            .initial_stream_window_size(tributary_raft::PEER_STREAM_WINDOW_BYTES)
+            .initial_connection_window_size(tributary_raft::PEER_CONNECTION_WINDOW_BYTES)
+            .add_service(PeerService::new(host.clone()).into_server())
+            .add_service(ClusterServer::new(ClusterService {
+                runtime: runtime.clone(),
+            }))
+            .add_service(NodeStatusServer::new(status::NodeStatusService {
+                broker: broker.clone(),
+            }));
+        let peer_server = tokio::spawn(match node_tls.peer_port {
+            None => futures::future::Either::Left(peer_router.serve_with_incoming_shutdown(
+                no_delay(peer_listener),
+                stopped(shutdown_rx.clone()),
+            )),
+            Some(config) => {
+                futures::future::Either::Right(peer_router.serve_with_incoming_shutdown(
+                    tls::incoming(peer_listener, config, "peer"),
+                    stopped(shutdown_rx.clone()),
+                ))
+            }
+        });
         tracing::info!(%peer_addr, node_id = node_id.0, "joining the cluster");
         runtime.run().await?;
         let cluster_id = {
@@ -240,13 +249,16 @@ impl Node {
                     broker: broker.clone(),
                 },
             ));
-        let mut server_shutdown = shutdown_rx.clone();
-        let server = tokio::spawn(server.serve_with_incoming_shutdown(
-            no_delay(client_listener),
-            async move {
-                let _ = server_shutdown.wait_for(|stop| *stop).await;
-            },
-        ));
+        let server = tokio::spawn(match node_tls.client_port {
+            None => futures::future::Either::Left(server.serve_with_incoming_shutdown(
+                no_delay(client_listener),
+                stopped(shutdown_rx.clone()),
+            )),
+            Some(config) => futures::future::Either::Right(server.serve_with_incoming_shutdown(
+                tls::incoming(client_listener, config, "client"),
+                stopped(shutdown_rx.clone()),
+            )),
+        });
         let http = tokio::spawn(http::serve(http_listener, broker.clone(), shutdown_rx));
         tracing::info!(
             %client_addr,
@@ -381,6 +393,11 @@ fn init_logging(json: bool) {
     } else {
         builder.init();
     }
+}
+
+/// Resolves when the node starts shutting down.
+async fn stopped(mut shutdown: watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
 /// The connections `listener` accepts, with Nagle's algorithm off: a reply is a few small

@@ -35,6 +35,10 @@ pub struct CliGlobals {
         global = true
     )]
     pub endpoint: String,
+    /// PEM file of the CA that signed the nodes' client-port certificates; the CLI trusts
+    /// it (and only it) for an https:// endpoint.
+    #[arg(long, env = "TRIBUTARY_CA_CERT", value_name = "FILE", global = true)]
+    pub ca_cert: Option<std::path::PathBuf>,
     /// Output format: `table` for people, `json` for scripts (`receive` prints one JSON object
     /// per event and line).
     #[arg(long, value_enum, default_value_t = OutputFormat::Table, global = true)]
@@ -75,7 +79,10 @@ pub enum CliCommand {
 
 /// Runs one client command against `globals.endpoint`.
 pub async fn run(globals: CliGlobals, command: CliCommand) -> anyhow::Result<()> {
-    let client = Client::connect(&globals.endpoint).await?;
+    let options = crate::ClientOptions {
+        ca_cert: globals.ca_cert.clone(),
+    };
+    let client = Client::connect_with(&globals.endpoint, options).await?;
     let output = globals.output;
     match command {
         CliCommand::Hub(command) => hub::run(&client, output, command).await,

@@ -20,6 +20,11 @@ const COMMANDS: &[(&[&str], &[&str])] = &[
             "--node-id",
             "--cluster-id",
             "--config",
+            "--tls-cert",
+            "--tls-key",
+            "--peer-ca",
+            "--peer-cert",
+            "--peer-key",
         ],
     ),
     (
@@ -32,6 +37,8 @@ const COMMANDS: &[(&[&str], &[&str])] = &[
             "--count",
             "--size",
             "--batch-size",
+            "--endpoint",
+            "--ca-cert",
         ],
     ),
     (
