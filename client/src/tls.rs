@@ -84,6 +84,8 @@ pub fn client_config(
 #[derive(Clone)]
 pub struct TlsConnector {
     config: Arc<rustls::ClientConfig>,
+    /// Where the trusted CA is set, for errors: `--ca-cert FILE` for the CLI.
+    ca_setting: &'static str,
 }
 
 impl std::fmt::Debug for TlsConnector {
@@ -94,7 +96,19 @@ impl std::fmt::Debug for TlsConnector {
 
 impl TlsConnector {
     pub fn new(config: Arc<rustls::ClientConfig>) -> Self {
-        Self { config }
+        Self {
+            config,
+            ca_setting: "--ca-cert FILE, or ClientOptions::ca_cert",
+        }
+    }
+
+    /// The same, naming `setting` as where the trusted CA is given when a certificate is
+    /// not trusted (e.g. `--peer-ca` for a node's connections to other nodes).
+    pub fn naming_ca_setting(self, setting: &'static str) -> Self {
+        Self {
+            ca_setting: setting,
+            ..self
+        }
     }
 }
 
@@ -108,16 +122,20 @@ pub enum TlsConnectError {
     },
     /// The server answered, but not with TLS: most likely a plain-text port.
     #[error(
-        "{address} does not speak TLS ({detail}); if its port is plain text, use http:// \
-         instead of https://"
+        "{address} does not speak TLS ({detail}): if its port is plain text, connect with \
+         http:// instead of https://"
     )]
     NotTls { address: String, detail: String },
     /// The server's certificate does not chain to a trusted CA, or is not for this name.
     #[error(
         "the certificate of {address} is not trusted ({detail}); give the CA that signed it \
-         (--ca-cert FILE, or the CA option of the SDK)"
+         ({ca_setting})"
     )]
-    Untrusted { address: String, detail: String },
+    Untrusted {
+        address: String,
+        detail: String,
+        ca_setting: &'static str,
+    },
     #[error("TLS handshake with {address} failed: {detail}")]
     Handshake { address: String, detail: String },
     #[error("bad address {0:?}: it needs a host and a port")]
@@ -135,6 +153,7 @@ impl tonic::codegen::Service<Uri> for TlsConnector {
 
     fn call(&mut self, uri: Uri) -> Self::Future {
         let connector = tokio_rustls::TlsConnector::from(self.config.clone());
+        let ca_setting = self.ca_setting;
         Box::pin(async move {
             let (host, port) = match (uri.host(), uri.port_u16()) {
                 (Some(host), Some(port)) => (host.to_owned(), port),
@@ -162,21 +181,27 @@ impl tonic::codegen::Service<Uri> for TlsConnector {
             let stream = connector
                 .connect(name, tcp)
                 .await
-                .map_err(|e| classify_handshake_error(address, e))?;
+                .map_err(|e| classify_handshake_error(address, ca_setting, e))?;
             Ok(TokioIo::new(stream))
         })
     }
 }
 
-fn classify_handshake_error(address: String, error: std::io::Error) -> TlsConnectError {
+fn classify_handshake_error(
+    address: String,
+    ca_setting: &'static str,
+    error: std::io::Error,
+) -> TlsConnectError {
     let detail = error.to_string();
     match error
         .get_ref()
         .and_then(|inner| inner.downcast_ref::<rustls::Error>())
     {
-        Some(rustls::Error::InvalidCertificate(_)) => {
-            TlsConnectError::Untrusted { address, detail }
-        }
+        Some(rustls::Error::InvalidCertificate(_)) => TlsConnectError::Untrusted {
+            address,
+            detail,
+            ca_setting,
+        },
         Some(rustls::Error::InvalidMessage(_)) => TlsConnectError::NotTls { address, detail },
         Some(_) => TlsConnectError::Handshake { address, detail },
         // The server closed the connection in the middle of the handshake: a plain-text

@@ -276,7 +276,9 @@ impl Connector for PeerConnector {
         match self {
             PeerConnector::Plain => tributary_raft::TcpConnector.channel(addr),
             PeerConnector::Tls(config) => Ok(tributary_raft::peer_endpoint("https", addr)?
-                .connect_with_connector_lazy(TlsConnector::new(config.clone()))),
+                .connect_with_connector_lazy(
+                    TlsConnector::new(config.clone()).naming_ca_setting("--peer-ca FILE"),
+                )),
         }
     }
 }

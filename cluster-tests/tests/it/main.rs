@@ -25,4 +25,5 @@ mod sas_interop;
 mod script;
 mod signals;
 mod throughput;
+mod tls;
 mod watch;
