@@ -193,7 +193,7 @@ impl Node {
             )),
             Some(config) => {
                 futures::future::Either::Right(peer_router.serve_with_incoming_shutdown(
-                    tls::incoming(peer_listener, config, "peer"),
+                    tls::incoming(peer_listener, config, tls::TlsPort::Peer),
                     stopped(shutdown_rx.clone()),
                 ))
             }
@@ -255,7 +255,7 @@ impl Node {
                 stopped(shutdown_rx.clone()),
             )),
             Some(config) => futures::future::Either::Right(server.serve_with_incoming_shutdown(
-                tls::incoming(client_listener, config, "client"),
+                tls::incoming(client_listener, config, tls::TlsPort::Client),
                 stopped(shutdown_rx.clone()),
             )),
         });

@@ -39,10 +39,36 @@ const ACCEPTED_QUEUE_MAX: usize = 64;
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 /// The first byte of a TLS connection: a handshake record.
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
-/// What a plain-text gRPC client hears from a TLS port (gRPC status INVALID_ARGUMENT). ASCII
-/// without '%': a valid `grpc-message` as it is.
-pub const PLAIN_TEXT_ANSWER: &str = "this port of the Tributary node speaks TLS only: use an \
-    https:// endpoint, and --ca-cert FILE with the CA that signed the node's certificate";
+/// A port served over TLS: names it in logs and metrics, and says what a plain-text gRPC
+/// client hears from it (gRPC status INVALID_ARGUMENT).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsPort {
+    Client,
+    Peer,
+}
+
+impl TlsPort {
+    pub fn name(self) -> &'static str {
+        match self {
+            TlsPort::Client => "client",
+            TlsPort::Peer => "peer",
+        }
+    }
+
+    /// ASCII without '%': a valid `grpc-message` as it is.
+    pub fn plain_text_answer(self) -> &'static str {
+        match self {
+            TlsPort::Client => {
+                "this port of the Tributary node speaks TLS only: use an https:// endpoint, \
+                 and --ca-cert FILE with the CA that signed the node's certificate"
+            }
+            TlsPort::Peer => {
+                "this peer port speaks mutual TLS only: start the node with --peer-ca, \
+                 --peer-cert and --peer-key (a certificate from the cluster's CA)"
+            }
+        }
+    }
+}
 
 /// A certificate and its private key, PEM files.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -345,13 +371,13 @@ impl AsyncWrite for TlsConnection {
     }
 }
 
-/// The TLS connections `listener` accepts, for `serve_with_incoming_shutdown`. `port` names
-/// the port in logs and in the `tributary_tls_connections_refused_total` metric. Accepting
+/// The TLS connections `listener` accepts, for `serve_with_incoming_shutdown`. Refusals
+/// are logged and counted in `tributary_tls_connections_refused_total{port}`. Accepting
 /// stops when the stream is dropped (the server stopped).
 pub fn incoming(
     listener: TcpListener,
     config: Arc<rustls::ServerConfig>,
-    port: &'static str,
+    port: TlsPort,
 ) -> tokio_stream::wrappers::ReceiverStream<io::Result<TlsConnection>> {
     let (accepted, stream) = mpsc::channel(ACCEPTED_QUEUE_MAX);
     tokio::spawn(accept_loop(listener, config, port, accepted));
@@ -361,7 +387,7 @@ pub fn incoming(
 async fn accept_loop(
     listener: TcpListener,
     config: Arc<rustls::ServerConfig>,
-    port: &'static str,
+    port: TlsPort,
     accepted: mpsc::Sender<io::Result<TlsConnection>>,
 ) {
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
@@ -372,7 +398,7 @@ async fn accept_loop(
             result = listener.accept() => match result {
                 Ok(connection) => connection,
                 Err(error) => {
-                    tracing::warn!(port, %error, "cannot accept a connection");
+                    tracing::warn!(port = port.name(), %error, "cannot accept a connection");
                     tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
                     continue;
                 }
@@ -391,7 +417,7 @@ async fn accept_loop(
         let accepted = accepted.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(tcp, acceptor)).await {
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(tcp, acceptor, port)).await {
                 Ok(Ok(stream)) => {
                     let _ = accepted.send(Ok(TlsConnection { stream, info })).await;
                 }
@@ -406,15 +432,17 @@ async fn accept_loop(
     }
 }
 
-fn refused(port: &'static str, remote: std::net::SocketAddr, reason: &str) {
-    metrics::counter!("tributary_tls_connections_refused_total", "port" => port).increment(1);
-    tracing::warn!(port, %remote, reason, "refused a connection");
+fn refused(port: TlsPort, remote: std::net::SocketAddr, reason: &str) {
+    metrics::counter!("tributary_tls_connections_refused_total", "port" => port.name())
+        .increment(1);
+    tracing::warn!(port = port.name(), %remote, reason, "refused a connection");
 }
 
 /// The TLS handshake of one connection, or why there is none.
 async fn handshake(
     tcp: TcpStream,
     acceptor: tokio_rustls::TlsAcceptor,
+    port: TlsPort,
 ) -> Result<tokio_rustls::server::TlsStream<TcpStream>, String> {
     let mut first = [0u8; 1];
     match tcp.peek(&mut first).await {
@@ -430,7 +458,7 @@ async fn handshake(
     }
     // The HTTP/2 connection preface starts "PRI * HTTP/2.0": a plain-text gRPC client.
     if first[0] == b'P' {
-        let _ = answer_plain_text(tcp).await;
+        let _ = answer_plain_text(tcp, port.plain_text_answer()).await;
         return Err("a plain-text HTTP/2 client; answered that this port speaks TLS".into());
     }
     Err(format!(
@@ -439,14 +467,14 @@ async fn handshake(
     ))
 }
 
-/// Answers every call of a plain-text HTTP/2 connection with [`PLAIN_TEXT_ANSWER`], until the
-/// client closes it (the caller's time limit ends it otherwise).
-async fn answer_plain_text(tcp: TcpStream) -> Result<(), hyper::Error> {
-    let service = hyper::service::service_fn(|_request| async {
+/// Answers every call of a plain-text HTTP/2 connection with `answer`, until the client
+/// closes it (the caller's time limit ends it otherwise).
+async fn answer_plain_text(tcp: TcpStream, answer: &'static str) -> Result<(), hyper::Error> {
+    let service = hyper::service::service_fn(move |_request| async move {
         let response = http::Response::builder()
             .header("content-type", "application/grpc")
             .header("grpc-status", "3")
-            .header("grpc-message", PLAIN_TEXT_ANSWER)
+            .header("grpc-message", answer)
             .body(String::new())
             .expect("a static response is valid");
         Ok::<_, std::convert::Infallible>(response)
@@ -466,13 +494,17 @@ mod tests {
     use crate::cert::{CaArgs, NodeArgs, make_ca, make_node};
 
     #[test]
-    fn the_plain_text_answer_is_a_valid_grpc_message() {
-        assert!(
-            PLAIN_TEXT_ANSWER
-                .bytes()
-                .all(|b| (b' '..=b'~').contains(&b) && b != b'%')
-        );
-        http::HeaderValue::from_static(PLAIN_TEXT_ANSWER);
+    fn the_plain_text_answers_are_valid_grpc_messages() {
+        for port in [TlsPort::Client, TlsPort::Peer] {
+            let answer = port.plain_text_answer();
+            assert!(
+                answer
+                    .bytes()
+                    .all(|b| (b' '..=b'~').contains(&b) && b != b'%'),
+                "{answer}"
+            );
+            http::HeaderValue::from_static(answer);
+        }
     }
 
     /// A CA in `dir/ca` (named after `dir`) and node certificate `name` from it in `dir`.
@@ -567,7 +599,7 @@ mod tests {
     async fn serve(config: rustls::ServerConfig) -> std::net::SocketAddr {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let mut connections = incoming(listener, Arc::new(config), "test");
+        let mut connections = incoming(listener, Arc::new(config), TlsPort::Client);
         tokio::spawn(async move {
             let mut held = Vec::new();
             while let Some(connection) = connections.next().await {

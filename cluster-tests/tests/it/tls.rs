@@ -386,6 +386,15 @@ async fn nodes_without_a_certificate_from_the_cluster_ca_cannot_join() {
 
     stranger.terminate().await;
     plain.terminate().await;
+    // Each outsider was told why.
+    let log = std::fs::read_to_string(plain.log_path()).unwrap();
+    assert!(
+        log.contains("this peer port speaks mutual TLS only"),
+        "{log}"
+    );
+    let log = std::fs::read_to_string(stranger.log_path()).unwrap();
+    assert!(log.contains("is not trusted"), "{log}");
+    assert!(log.contains("--peer-ca"), "{log}");
 
     // Calls to the peer port: without a client certificate, or with one from another CA,
     // refused (and counted); with one from the cluster CA, answered.
