@@ -134,6 +134,7 @@ fn tls_setup_error(status: &tonic::Status) -> Option<&crate::tls::TlsConnectErro
                 tls,
                 TlsConnectError::NotTls { .. }
                     | TlsConnectError::Untrusted { .. }
+                    | TlsConnectError::WrongName { .. }
                     | TlsConnectError::BadAddress(_)
             )
             .then_some(tls);

@@ -136,6 +136,12 @@ pub enum TlsConnectError {
         detail: String,
         ca_setting: &'static str,
     },
+    /// The certificate is from a trusted CA but names other hosts.
+    #[error(
+        "the certificate of {address} is not for that name ({detail}); connect with a name or \
+         address it is valid for, or give the node a certificate valid for this one"
+    )]
+    WrongName { address: String, detail: String },
     #[error("TLS handshake with {address} failed: {detail}")]
     Handshake { address: String, detail: String },
     #[error("bad address {0:?}: it needs a host and a port")]
@@ -197,6 +203,10 @@ fn classify_handshake_error(
         .get_ref()
         .and_then(|inner| inner.downcast_ref::<rustls::Error>())
     {
+        Some(rustls::Error::InvalidCertificate(
+            rustls::CertificateError::NotValidForName
+            | rustls::CertificateError::NotValidForNameContext { .. },
+        )) => TlsConnectError::WrongName { address, detail },
         Some(rustls::Error::InvalidCertificate(_)) => TlsConnectError::Untrusted {
             address,
             detail,

@@ -528,12 +528,17 @@ mod tests {
 
     /// Writes (again) node certificate `name`: a new key and serial.
     fn renew(dir: &Path, name: &str) -> CertFiles {
+        renew_for(dir, name, Vec::new())
+    }
+
+    /// Like [`renew`], valid for `dns_names` (and `name`) only.
+    fn renew_for(dir: &Path, name: &str, dns_names: Vec<String>) -> CertFiles {
         let written = make_node(
             &NodeArgs {
                 ca: dir.join("ca"),
                 out: dir.to_owned(),
                 name: name.into(),
-                dns_names: Vec::new(),
+                dns_names,
                 ip_addrs: Vec::new(),
                 days: 30,
                 force: true,
@@ -698,5 +703,37 @@ mod tests {
             .await
             .unwrap_err();
         assert!(error.to_string().contains("UnknownCA"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn the_connector_says_why_a_server_is_not_trusted() {
+        use tonic::codegen::Service as _;
+        use tributary_client::tls::TlsConnectError;
+
+        let dir = tempfile::tempdir().unwrap();
+        let (ca, _) = certificates(dir.path(), "node-1");
+        let ca = read_certificates(&ca).unwrap();
+        let elsewhere = renew_for(dir.path(), "node-2", vec!["node-2.example".into()]);
+        let addr =
+            serve(server_config(ReloadingCert::load(&elsewhere).unwrap(), None).unwrap()).await;
+        let uri: tonic::transport::Uri = format!("https://{addr}").parse().unwrap();
+        let mut connector = TlsConnector::new(Arc::new(client_config(&ca, None).unwrap()));
+        let error = connector.call(uri.clone()).await.unwrap_err();
+        assert!(
+            matches!(error, TlsConnectError::WrongName { .. }),
+            "{error:?}"
+        );
+
+        let other_dir = tempfile::tempdir().unwrap();
+        let (other_ca, _) = certificates(other_dir.path(), "node-9");
+        let other_ca = read_certificates(&other_ca).unwrap();
+        let mut connector = TlsConnector::new(Arc::new(client_config(&other_ca, None).unwrap()))
+            .naming_ca_setting("--peer-ca FILE");
+        let error = connector.call(uri).await.unwrap_err();
+        assert!(
+            matches!(error, TlsConnectError::Untrusted { .. }),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("--peer-ca FILE"), "{error}");
     }
 }
