@@ -1,7 +1,7 @@
 //! TLS on the client port and mutual TLS on the peer port.
 //!
-//! Certificates and keys are read from files and re-read when the files change (checked at
-//! each handshake: a `stat` of two files), so a renewed certificate is used by the next
+//! Certificates, keys and the cluster CA are read from files and re-read when the files
+//! change (checked at each handshake: a `stat` per file), so a renewed certificate is used by the next
 //! connection without a restart; a new file that cannot be used is logged and the previous
 //! certificate kept. Handshakes run in a task per connection with a time limit, so a slow
 //! or garbage client never holds up accepting others; the finished TLS streams feed tonic.
@@ -14,8 +14,11 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -24,7 +27,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tonic::transport::Channel;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 use tributary_client::tls::{
-    ALPN_H2, TlsConfigError, TlsConnector, client_config, crypto_provider, read_certificates,
+    ALPN_H2, TlsConfigError, TlsConnector, crypto_provider, read_certificates,
 };
 use tributary_raft::Connector;
 
@@ -110,17 +113,18 @@ impl NodeTls {
         let (peer_port, peer_connector) = match &settings.peer {
             Some(peer) => {
                 let cert = ReloadingCert::load(&peer.cert)?;
-                let ca = read_certificates(&peer.ca)?;
-                let unusable_ca = |reason: String| TlsConfigError {
-                    file: peer.ca.display().to_string(),
-                    reason,
-                };
-                let server =
-                    server_config(cert.clone(), Some(&ca)).map_err(|e| TlsConfigError {
+                let ca = ReloadingCa::load(&peer.ca)?;
+                let server = server_config(cert.clone(), Some(Arc::new(PeerClients(ca.clone()))))?;
+                let mut client = rustls::ClientConfig::builder_with_provider(crypto_provider())
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| TlsConfigError {
                         file: peer.ca.display().to_string(),
-                        ..e
-                    })?;
-                let client = client_config(&ca, Some(cert)).map_err(unusable_ca)?;
+                        reason: e.to_string(),
+                    })?
+                    .dangerous()
+                    .with_custom_certificate_verifier(Arc::new(PeerServers(ca)))
+                    .with_client_cert_resolver(cert);
+                client.alpn_protocols = vec![ALPN_H2.to_vec()];
                 (Some(Arc::new(server)), PeerConnector::Tls(Arc::new(client)))
             }
             None => (None, PeerConnector::Plain),
@@ -133,38 +137,221 @@ impl NodeTls {
     }
 }
 
-/// TLS server settings presenting `cert`; with `client_ca`, clients must present a
-/// certificate that chains to it (mutual TLS).
+/// TLS server settings presenting `cert`; with `clients`, clients must present a certificate
+/// it accepts (mutual TLS).
 fn server_config(
     cert: Arc<ReloadingCert>,
-    client_ca: Option<&[CertificateDer<'static>]>,
+    clients: Option<Arc<dyn ClientCertVerifier>>,
 ) -> Result<rustls::ServerConfig, TlsConfigError> {
-    let unusable = |reason: String| TlsConfigError {
-        file: cert.files.cert.display().to_string(),
-        reason,
-    };
     let builder = rustls::ServerConfig::builder_with_provider(crypto_provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| unusable(e.to_string()))?;
-    let builder = match client_ca {
-        Some(ca) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for certificate in ca {
-                roots
-                    .add(certificate.clone())
-                    .map_err(|e| unusable(format!("not a usable CA certificate: {e}")))?;
-            }
-            let verifier =
-                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), crypto_provider())
-                    .build()
-                    .map_err(|e| unusable(format!("not a usable CA: {e}")))?;
-            builder.with_client_cert_verifier(verifier)
-        }
+        .map_err(|e| TlsConfigError {
+            file: cert.files.cert.display().to_string(),
+            reason: e.to_string(),
+        })?;
+    let builder = match clients {
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
         None => builder.with_no_client_auth(),
     };
     let mut config = builder.with_cert_resolver(cert);
     config.alpn_protocols = vec![ALPN_H2.to_vec()];
     Ok(config)
+}
+
+/// The cluster CA (`--peer-ca`), read from a file and re-read when it changes, as
+/// [`ReloadingCert`] does: a bundle holding the old and the new CA lets a cluster move to a
+/// new CA without a restart.
+pub struct ReloadingCa {
+    path: PathBuf,
+    loaded: Mutex<LoadedCa>,
+}
+
+#[derive(Clone)]
+struct CaVerifiers {
+    clients: Arc<dyn ClientCertVerifier>,
+    servers: Arc<dyn ServerCertVerifier>,
+}
+
+struct LoadedCa {
+    verifiers: CaVerifiers,
+    stamp: Option<FileStamp>,
+}
+
+impl std::fmt::Debug for ReloadingCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReloadingCa")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReloadingCa {
+    /// Reads the file: it must hold at least one usable CA certificate.
+    pub fn load(path: &Path) -> Result<Arc<ReloadingCa>, TlsConfigError> {
+        let stamp = stamp(path);
+        let verifiers = read_ca(path)?;
+        Ok(Arc::new(ReloadingCa {
+            path: path.to_owned(),
+            loaded: Mutex::new(LoadedCa { verifiers, stamp }),
+        }))
+    }
+
+    /// The verifiers of the CA now: re-read first when the file changed since last read.
+    fn current(&self) -> CaVerifiers {
+        let stamp = stamp(&self.path);
+        let mut loaded = self.loaded.lock().expect("CA lock");
+        if loaded.stamp != stamp {
+            loaded.stamp = stamp;
+            match read_ca(&self.path) {
+                Ok(verifiers) => {
+                    tracing::info!(
+                        ca = %self.path.display(),
+                        "CA file changed: new connections are verified against it"
+                    );
+                    loaded.verifiers = verifiers;
+                }
+                Err(error) => tracing::warn!(
+                    %error,
+                    "the CA file changed but cannot be used; still verifying against the \
+                     previous CA"
+                ),
+            }
+        }
+        loaded.verifiers.clone()
+    }
+
+    /// The verifiers of the CA as last read, without looking at the file.
+    fn latest(&self) -> CaVerifiers {
+        self.loaded.lock().expect("CA lock").verifiers.clone()
+    }
+}
+
+fn read_ca(path: &Path) -> Result<CaVerifiers, TlsConfigError> {
+    let unusable = |reason: String| TlsConfigError {
+        file: path.display().to_string(),
+        reason,
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for certificate in read_certificates(path)? {
+        roots
+            .add(certificate)
+            .map_err(|e| unusable(format!("not a usable CA certificate: {e}")))?;
+    }
+    let roots = Arc::new(roots);
+    let clients = WebPkiClientVerifier::builder_with_provider(roots.clone(), crypto_provider())
+        .build()
+        .map_err(|e| unusable(format!("not a usable CA: {e}")))?;
+    let servers = WebPkiServerVerifier::builder_with_provider(roots, crypto_provider())
+        .build()
+        .map_err(|e| unusable(format!("not a usable CA: {e}")))?;
+    Ok(CaVerifiers { clients, servers })
+}
+
+/// Accepts peer-port clients with a certificate from the cluster CA as it is now.
+#[derive(Debug)]
+struct PeerClients(Arc<ReloadingCa>);
+
+impl ClientCertVerifier for PeerClients {
+    fn client_auth_mandatory(&self) -> bool {
+        true
+    }
+
+    /// No hints: they would borrow from a CA that may be replaced, and are optional.
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        self.0
+            .current()
+            .clients
+            .verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0
+            .latest()
+            .clients
+            .verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0
+            .latest()
+            .clients
+            .verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.latest().clients.supported_verify_schemes()
+    }
+}
+
+/// Accepts peer ports presenting a certificate from the cluster CA as it is now, valid for
+/// the address dialed.
+#[derive(Debug)]
+struct PeerServers(Arc<ReloadingCa>);
+
+impl ServerCertVerifier for PeerServers {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &rustls::pki_types::ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        self.0.current().servers.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        )
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0
+            .latest()
+            .servers
+            .verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0
+            .latest()
+            .servers
+            .verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.latest().servers.supported_verify_schemes()
+    }
 }
 
 /// How a file looked when last read: a change in any part means it was rewritten.
@@ -490,6 +677,8 @@ mod tests {
     use rustls::pki_types::ServerName;
     use tokio::io::AsyncWriteExt as _;
 
+    use tributary_client::tls::client_config;
+
     use super::*;
     use crate::cert::{CaArgs, NodeArgs, make_ca, make_node};
 
@@ -669,14 +858,19 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn mutual_tls_refuses_clients_without_a_certificate_from_the_ca() {
+    async fn mutual_tls_admits_only_clients_with_a_certificate_from_the_ca_as_it_is_now() {
         let dir = tempfile::tempdir().unwrap();
         let (ca_path, files) = certificates(dir.path(), "node-1");
         let other_dir = tempfile::tempdir().unwrap();
         let (other_ca_path, other_files) = certificates(other_dir.path(), "node-9");
         let ca = read_certificates(&ca_path).unwrap();
+        // The server's CA file, to be replaced by a bundle of both CAs.
+        let cluster_ca = dir.path().join("cluster-ca.pem");
+        std::fs::copy(&ca_path, &cluster_ca).unwrap();
+        let clients = Arc::new(PeerClients(ReloadingCa::load(&cluster_ca).unwrap()));
         let addr =
-            serve(server_config(ReloadingCert::load(&files).unwrap(), Some(&ca)).unwrap()).await;
+            serve(server_config(ReloadingCert::load(&files).unwrap(), Some(clients)).unwrap())
+                .await;
         // The server's verdict on the client's certificate arrives after the client's
         // handshake is done (TLS 1.3): a read shows it.
         let talk = |client: rustls::ClientConfig| async move {
@@ -697,12 +891,21 @@ mod tests {
         let error = talk(client_config(&ca, None).unwrap()).await.unwrap_err();
         assert!(error.to_string().contains("CertificateRequired"), "{error}");
         let stranger = ReloadingCert::load(&other_files).unwrap();
-        let mut trusting_both = ca.clone();
-        trusting_both.extend(read_certificates(&other_ca_path).unwrap());
-        let error = talk(client_config(&trusting_both, Some(stranger)).unwrap())
+        let error = talk(client_config(&ca, Some(stranger.clone())).unwrap())
             .await
             .unwrap_err();
         assert!(error.to_string().contains("UnknownCA"), "{error}");
+
+        // The other CA joins the server's CA file: its nodes are admitted, without a
+        // restart.
+        let mut bundle = std::fs::read(&ca_path).unwrap();
+        bundle.extend(std::fs::read(&other_ca_path).unwrap());
+        std::fs::write(&cluster_ca, bundle).unwrap();
+        let answered = talk(client_config(&ca, Some(stranger)).unwrap()).await;
+        assert!(
+            answered.is_ok_and(|n| n > 0),
+            "admitted once its CA is in the file"
+        );
     }
 
     #[tokio::test]
