@@ -1,5 +1,6 @@
 //! The connection to a Tributary node and the management calls.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,9 +9,32 @@ use tributary_proto::v1::management_client::ManagementClient as ManagementStub;
 use tributary_types::{ConnectionString, Rights};
 
 use crate::credential::{Authorizer, TokenSource, Transport, UnixClock, endpoint_url};
-use crate::routing::{Channel, RETRY_DEADLINE_DEFAULT, Routing, make_channel};
+use crate::routing::{Channel, RETRY_DEADLINE_DEFAULT, Routing, Tls, make_channel};
 
 use crate::{ClientError, ConsumerClient, ProducerClient};
+
+/// How [`Client::connect_with`] connects. `ClientOptions::default()` is what
+/// [`Client::connect`] uses.
+#[derive(Debug, Clone, Default)]
+pub struct ClientOptions {
+    /// PEM file of the CA that signed the nodes' client-port certificates: `https://`
+    /// endpoints trust it, and only it. Needed for `https://` endpoints.
+    pub ca_cert: Option<PathBuf>,
+}
+
+impl ClientOptions {
+    fn tls(&self) -> Result<Tls, ClientError> {
+        let Some(path) = &self.ca_cert else {
+            return Ok(None);
+        };
+        let certificates = crate::tls::read_certificates(path)
+            .map_err(|e| ClientError::InvalidArgument(format!("CA certificate: {e}")))?;
+        let config = crate::tls::client_config(&certificates, None).map_err(|reason| {
+            ClientError::InvalidArgument(format!("CA certificate {}: {reason}", path.display()))
+        })?;
+        Ok(Some(Arc::new(config)))
+    }
+}
 
 /// A connection to one Tributary node. Cheap to clone: clones share the connection.
 #[derive(Debug, Clone)]
@@ -31,6 +55,9 @@ pub struct ConnectOptions {
     pub endpoint: Option<String>,
     /// Seconds since the Unix epoch, for signing and renewing tokens.
     pub clock: UnixClock,
+    /// For an `https://` endpoint: PEM file of the CA that signed the nodes' client-port
+    /// certificates (see [`ClientOptions::ca_cert`]).
+    pub ca_cert: Option<PathBuf>,
 }
 
 impl Default for ConnectOptions {
@@ -39,6 +66,7 @@ impl Default for ConnectOptions {
             transport: Transport::default(),
             endpoint: None,
             clock: crate::credential::system_clock(),
+            ca_cert: None,
         }
     }
 }
@@ -84,7 +112,17 @@ impl Client {
     /// unreachable node shows up as a [`ClientError::Transport`] from that call; a malformed
     /// endpoint is an error here.
     pub async fn connect(endpoint: &str) -> Result<Client, ClientError> {
-        Client::connect_with_authorizer(endpoint, Authorizer::none())
+        Client::connect_with(endpoint, ClientOptions::default()).await
+    }
+
+    /// Like [`Client::connect`], with options: for an `https://` endpoint, the CA that
+    /// signed the nodes' client-port certificates. Channels to other nodes (a partition's
+    /// leader) use the same scheme and TLS settings.
+    pub async fn connect_with(
+        endpoint: &str,
+        options: ClientOptions,
+    ) -> Result<Client, ClientError> {
+        Client::connect_with_authorizer(endpoint, Authorizer::none(), options.tls()?)
     }
 
     /// Connects as an Event Hubs connection string says
@@ -107,22 +145,28 @@ impl Client {
             Some(endpoint) => endpoint,
             None => endpoint_url(&connection_string, options.transport)?,
         };
+        let tls = ClientOptions {
+            ca_cert: options.ca_cert,
+        }
+        .tls()?;
         let authorizer = Authorizer::new(TokenSource::new(connection_string, options.clock));
-        Client::connect_with_authorizer(&endpoint, authorizer)
+        Client::connect_with_authorizer(&endpoint, authorizer, tls)
     }
 
     fn connect_with_authorizer(
         endpoint: &str,
         authorizer: Authorizer,
+        tls: Tls,
     ) -> Result<Client, ClientError> {
         let endpoint: Arc<str> = normalize_endpoint(endpoint)?.into();
-        let channel = make_channel(&endpoint, &authorizer)?;
+        let channel = make_channel(&endpoint, &authorizer, &tls)?;
         Ok(Client {
             routing: Routing::new(
                 endpoint.clone(),
                 channel.clone(),
                 authorizer.clone(),
                 RETRY_DEADLINE_DEFAULT,
+                tls,
             ),
             channel,
             endpoint,
@@ -135,12 +179,22 @@ impl Client {
     /// the call is retried on another of them, so no single node being down stops the
     /// client.
     pub async fn connect_any<S: AsRef<str>>(endpoints: &[S]) -> Result<Client, ClientError> {
+        Client::connect_any_with(endpoints, ClientOptions::default()).await
+    }
+
+    /// [`Client::connect_any`] with options (see [`Client::connect_with`]).
+    pub async fn connect_any_with<S: AsRef<str>>(
+        endpoints: &[S],
+        options: ClientOptions,
+    ) -> Result<Client, ClientError> {
         let Some((first, others)) = endpoints.split_first() else {
             return Err(ClientError::InvalidArgument(
                 "at least one endpoint is needed, e.g. http://127.0.0.1:7400".into(),
             ));
         };
-        Client::connect(first.as_ref()).await?.knowing(others)
+        Client::connect_with(first.as_ref(), options)
+            .await?
+            .knowing(others)
     }
 
     /// This client, also knowing `others` as nodes to try when one cannot be reached.
@@ -171,6 +225,7 @@ impl Client {
             channel,
             self.authorizer.clone(),
             retry_deadline,
+            self.routing.tls().clone(),
         );
         for endpoint in self.routing.known_endpoints() {
             // Known endpoints were valid when first made.
@@ -183,7 +238,7 @@ impl Client {
     /// calls that must not wait behind busy streams on a shared connection (HTTP/2 flow
     /// control is per connection) use it.
     pub fn separate_connection(&self) -> Result<Client, ClientError> {
-        let channel = make_channel(&self.endpoint, &self.authorizer)?;
+        let channel = make_channel(&self.endpoint, &self.authorizer, self.routing.tls())?;
         Ok(Client {
             routing: self.routing_over(channel.clone(), self.routing.retry_deadline()),
             channel,
@@ -632,7 +687,7 @@ pub(crate) fn require_name(what: &str, value: &str) -> Result<(), ClientError> {
     Ok(())
 }
 
-/// Adds `http://` when no scheme is given; refuses schemes this build cannot speak.
+/// Adds `http://` when no scheme is given; refuses schemes other than http and https.
 fn normalize_endpoint(endpoint: &str) -> Result<String, ClientError> {
     let endpoint = endpoint.trim();
     if endpoint.is_empty() {
@@ -642,12 +697,9 @@ fn normalize_endpoint(endpoint: &str) -> Result<String, ClientError> {
     }
     match endpoint.split_once("://") {
         None => Ok(format!("http://{endpoint}")),
-        Some(("http", _)) => Ok(endpoint.to_owned()),
-        Some(("https", _)) => Err(ClientError::InvalidArgument(format!(
-            "endpoint '{endpoint}': TLS is not supported by this client yet; use http://"
-        ))),
+        Some(("http" | "https", _)) => Ok(endpoint.to_owned()),
         Some((scheme, _)) => Err(ClientError::InvalidArgument(format!(
-            "endpoint '{endpoint}': unsupported scheme '{scheme}'; expected http://host:port"
+            "endpoint '{endpoint}': unsupported scheme '{scheme}'; expected http://host:port or https://host:port"
         ))),
     }
 }
@@ -668,7 +720,7 @@ mod tests {
         );
         assert!(normalize_endpoint("").is_err());
         assert!(normalize_endpoint("ftp://x").is_err());
-        assert!(normalize_endpoint("https://x").is_err());
+        assert_eq!(normalize_endpoint("https://x:1").unwrap(), "https://x:1");
     }
 
     #[tokio::test]

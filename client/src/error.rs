@@ -25,6 +25,10 @@ pub enum ClientError {
     /// The service could not be reached, or the connection broke during the call.
     #[error("cannot reach the Tributary node at {endpoint}: {message}")]
     Transport { endpoint: String, message: String },
+    /// A TLS connection cannot be set up, and retrying will not change that: the node's
+    /// certificate is not trusted, or its port does not speak TLS.
+    #[error("cannot talk to the Tributary node at {endpoint}: {message}")]
+    Tls { endpoint: String, message: String },
     /// The call was refused before it was sent, because an argument is not valid.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -36,7 +40,9 @@ impl ClientError {
     pub fn reason(&self) -> Option<ErrorReason> {
         match self {
             ClientError::Service { reason, .. } => Some(*reason),
-            ClientError::Transport { .. } | ClientError::InvalidArgument(_) => None,
+            ClientError::Transport { .. }
+            | ClientError::Tls { .. }
+            | ClientError::InvalidArgument(_) => None,
         }
     }
 
@@ -57,7 +63,7 @@ impl ClientError {
                 ErrorReason::ServerBusy | ErrorReason::NotLeader | ErrorReason::Unavailable
             ),
             ClientError::Transport { .. } => true,
-            ClientError::InvalidArgument(_) => false,
+            ClientError::Tls { .. } | ClientError::InvalidArgument(_) => false,
         }
     }
 
@@ -75,6 +81,12 @@ impl ClientError {
             ErrorDetail::decode(status.details()).ok()
         };
         let Some(detail) = detail else {
+            if let Some(tls) = tls_setup_error(&status) {
+                return ClientError::Tls {
+                    endpoint: endpoint.to_owned(),
+                    message: tls.to_string(),
+                };
+            }
             if matches!(
                 status.code(),
                 tonic::Code::Unavailable | tonic::Code::Cancelled
@@ -112,6 +124,26 @@ impl ClientError {
 
 /// A status the client made from a connection that broke during the call: it carries the
 /// underlying error as its source, which statuses sent by a server never do.
+/// The TLS failure behind a failed call, when retrying cannot help.
+fn tls_setup_error(status: &tonic::Status) -> Option<&crate::tls::TlsConnectError> {
+    use crate::tls::TlsConnectError;
+    let mut source = status.source();
+    while let Some(error) = source {
+        if let Some(tls) = error.downcast_ref::<TlsConnectError>() {
+            return matches!(
+                tls,
+                TlsConnectError::NotTls { .. }
+                    | TlsConnectError::Untrusted { .. }
+                    | TlsConnectError::WrongName { .. }
+                    | TlsConnectError::BadAddress(_)
+            )
+            .then_some(tls);
+        }
+        source = error.source();
+    }
+    None
+}
+
 fn broken_connection(status: &tonic::Status) -> bool {
     matches!(status.code(), tonic::Code::Unknown | tonic::Code::Internal)
         && status.source().is_some()

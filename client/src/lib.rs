@@ -41,13 +41,15 @@ pub mod processor;
 mod producer;
 mod routing;
 mod time;
+pub mod tls;
 
 pub use buffered::{
     BATCH_BYTES_MAX_DEFAULT, BufferedOptions, BufferedProducer, Delivery, DeliveryFuture,
 };
 pub use checkpoints::{CheckpointStore, ClusterCheckpointStore, InMemoryCheckpointStore};
 pub use client::{
-    CaptureOptions, Client, ConnectOptions, HubChanges, HubOptions, RuleKey, RuleKeys,
+    CaptureOptions, Client, ClientOptions, ConnectOptions, HubChanges, HubOptions, RuleKey,
+    RuleKeys,
 };
 pub use consumer::{ConsumerClient, ReceiveOptions, ReceiveStream};
 pub use credential::Transport;

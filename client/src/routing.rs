@@ -33,6 +33,7 @@ pub(crate) type PartitionKey = (String, String);
 struct Inner {
     base: Arc<str>,
     authorizer: Authorizer,
+    tls: Tls,
     retry_deadline: Duration,
     channels: Mutex<HashMap<Arc<str>, Channel>>,
     leaders: Mutex<HashMap<PartitionKey, Arc<str>>>,
@@ -49,21 +50,35 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// middleboxes, and notice dead peers.
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 
+/// The TLS settings of a client's `https://` channels (`None`: plain text only).
+pub(crate) type Tls = Option<Arc<rustls::ClientConfig>>;
+
 /// A lazily connected channel to `endpoint` (remade when it breaks), its calls authorized
-/// by `authorizer`.
+/// by `authorizer`; `https://` endpoints use `tls`.
 pub(crate) fn make_channel(
     endpoint: &str,
     authorizer: &Authorizer,
+    tls: &Tls,
 ) -> Result<Channel, ClientError> {
-    let channel = Endpoint::from_shared(endpoint.to_owned())
+    let settings = Endpoint::from_shared(endpoint.to_owned())
         .map_err(|e| {
             ClientError::InvalidArgument(format!("endpoint '{endpoint}' is not a valid URL: {e}"))
         })?
         .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true)
         .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
-        .keep_alive_while_idle(true)
-        .connect_lazy();
+        .keep_alive_while_idle(true);
+    let channel = if endpoint.starts_with("https://") {
+        let Some(tls) = tls else {
+            return Err(ClientError::InvalidArgument(format!(
+                "endpoint '{endpoint}' uses TLS: give the CA certificate that signed the nodes' \
+                 certificates (--ca-cert FILE, or ClientOptions::ca_cert)"
+            )));
+        };
+        settings.connect_with_connector_lazy(crate::tls::TlsConnector::new(tls.clone()))
+    } else {
+        settings.connect_lazy()
+    };
     Ok(InterceptedService::new(channel, authorizer.clone()))
 }
 
@@ -82,17 +97,24 @@ impl Routing {
         channel: Channel,
         authorizer: Authorizer,
         retry_deadline: Duration,
+        tls: Tls,
     ) -> Self {
         let channels = HashMap::from([(base.clone(), channel)]);
         Self {
             inner: Arc::new(Inner {
                 base,
                 authorizer,
+                tls,
                 retry_deadline,
                 channels: Mutex::new(channels),
                 leaders: Mutex::new(HashMap::new()),
             }),
         }
+    }
+
+    /// The TLS settings channels to other nodes are made with.
+    pub(crate) fn tls(&self) -> &Tls {
+        &self.inner.tls
     }
 
     /// How long a call keeps retrying; zero when retries are off.
@@ -117,7 +139,7 @@ impl Routing {
             .leaders
             .lock()
             .expect("leaders lock")
-            .insert(partition, normalize_hint(hint).into());
+            .insert(partition, normalize_hint(hint, &self.inner.base).into());
     }
 
     /// Where to go after `failed` could not be reached: the first node, or when that is the
@@ -162,7 +184,7 @@ impl Routing {
             let base = self.inner.base.clone();
             channels.retain(|e, _| *e == base);
         }
-        let channel = make_channel(endpoint, &self.inner.authorizer)?;
+        let channel = make_channel(endpoint, &self.inner.authorizer, &self.inner.tls)?;
         channels.insert(endpoint.clone(), channel.clone());
         Ok(channel)
     }
@@ -218,7 +240,7 @@ impl Routing {
                     ..
                 } if hops < HINT_HOPS_MAX => {
                     hops += 1;
-                    endpoint = normalize_hint(hint).into();
+                    endpoint = normalize_hint(hint, &self.inner.base).into();
                     continue;
                 }
                 ClientError::Transport { .. } => {
@@ -234,9 +256,13 @@ impl Routing {
     }
 }
 
-fn normalize_hint(hint: &str) -> String {
+/// A leader hint (the leader's client address, `host:port`) as an endpoint with the
+/// scheme of `base`: every node of a cluster serves its client port the same way.
+fn normalize_hint(hint: &str, base: &str) -> String {
     if hint.contains("://") {
         hint.to_owned()
+    } else if base.starts_with("https://") {
+        format!("https://{hint}")
     } else {
         format!("http://{hint}")
     }
@@ -259,8 +285,14 @@ mod tests {
 
     fn routing(base: &str) -> Routing {
         let base: Arc<str> = base.into();
-        let channel = make_channel(&base, &Authorizer::none()).unwrap();
-        Routing::new(base, channel, Authorizer::none(), RETRY_DEADLINE_DEFAULT)
+        let channel = make_channel(&base, &Authorizer::none(), &None).unwrap();
+        Routing::new(
+            base,
+            channel,
+            Authorizer::none(),
+            RETRY_DEADLINE_DEFAULT,
+            None,
+        )
     }
 
     #[tokio::test]
@@ -289,7 +321,14 @@ mod tests {
 
     #[test]
     fn hints_become_endpoints() {
-        assert_eq!(normalize_hint("10.0.0.2:7400"), "http://10.0.0.2:7400");
-        assert_eq!(normalize_hint("http://a:1"), "http://a:1");
+        assert_eq!(
+            normalize_hint("10.0.0.2:7400", "http://b:1"),
+            "http://10.0.0.2:7400"
+        );
+        assert_eq!(
+            normalize_hint("10.0.0.2:7400", "https://b:1"),
+            "https://10.0.0.2:7400"
+        );
+        assert_eq!(normalize_hint("http://a:1", "https://b:1"), "http://a:1");
     }
 }

@@ -29,6 +29,17 @@ impl LocalCluster {
     /// Like [`LocalCluster::start`], with environment variables set for every node (e.g.
     /// `TRIBUTARY_FAULT_HOOKS=1`).
     pub async fn start_with_env(dir: &Path, n: usize, env: &[(&str, &str)]) -> LocalCluster {
+        LocalCluster::start_with_args(dir, n, &[], env).await
+    }
+
+    /// Like [`LocalCluster::start_with_env`], with more `serve` flags for every node (e.g.
+    /// TLS: see [`crate::NodeCert::peer_port_args`]).
+    pub async fn start_with_args(
+        dir: &Path,
+        n: usize,
+        extra_args: &[String],
+        env: &[(&str, &str)],
+    ) -> LocalCluster {
         let ports: Vec<NodePorts> = (0..n).map(|_| NodePorts::free()).collect();
         let seeds = ports
             .iter()
@@ -46,7 +57,10 @@ impl LocalCluster {
                     seeds.clone(),
                     "--bootstrap-expect".to_string(),
                     n.to_string(),
-                ];
+                ]
+                .into_iter()
+                .chain(extra_args.iter().cloned())
+                .collect::<Vec<_>>();
                 NodeProcess::launch_with_env(
                     &dir.join(format!("node-{}", i + 1)),
                     *ports,

@@ -13,6 +13,7 @@ mod node_process;
 pub mod python_tools;
 mod seed;
 mod test_dir;
+mod tls;
 
 pub use binary::{
     CLI_TIMEOUT, binary_path, cli, cli_ok, describe_output, output_within, tributary_command,
@@ -23,3 +24,4 @@ pub use http::{HttpResponse, http_get, http_post};
 pub use node_process::{AUTH_ENV, NodePorts, NodeProcess, PEER_ADDR_ENV, READY_TIMEOUT, free_port};
 pub use seed::test_seed;
 pub use test_dir::TestDir;
+pub use tls::{NodeCert, TestCa};

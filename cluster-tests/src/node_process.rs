@@ -170,6 +170,20 @@ impl NodeProcess {
         }
     }
 
+    /// `https://127.0.0.1:<client port>`, for a node started with TLS on its client port.
+    pub fn tls_endpoint(&self) -> String {
+        format!("https://127.0.0.1:{}", self.client_port)
+    }
+
+    pub fn client_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.client_port))
+    }
+
+    /// The node-to-node port's address (`--peer-addr`).
+    pub fn peer_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.peer_port))
+    }
+
     pub fn http_addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.http_port))
     }

@@ -19,7 +19,7 @@ use tributary_proto::peer::{
     propose_reply,
 };
 use tributary_raft::openraft_api::{ClientWriteError, RaftError};
-use tributary_raft::{Connector, GroupHost, Proposal, ProposalResult, Raft, TcpConnector};
+use tributary_raft::{Connector, GroupHost, Proposal, ProposalResult, Raft};
 use tributary_storage::{MetaKey, Shard};
 use tributary_types::GroupId;
 
@@ -28,6 +28,7 @@ use crate::controller::rules::{RuleCommand, random_key};
 use crate::controller::state::{ClusterState, Command, ErrorKind, NodeRecord, Reply};
 use crate::controller::state_machine::{ControllerStateMachine, decode_result, encode_command};
 use crate::group::GroupStateMachine;
+use crate::tls::PeerConnector;
 
 /// Forwarding hops a controller command may take while leadership settles.
 const PROPOSE_HOPS_MAX: u32 = 3;
@@ -68,6 +69,8 @@ pub struct ClusterRuntime {
     config: MembershipConfig,
     host: Arc<GroupHost<GroupStateMachine>>,
     controller_shard: Shard,
+    /// Dials other nodes' peer ports (plain text or mutual TLS).
+    connector: PeerConnector,
     known: RwLock<BTreeMap<u64, NodeRecord>>,
     controller: RwLock<Option<Raft<GroupStateMachine>>>,
     view: watch::Sender<Arc<ClusterState>>,
@@ -87,18 +90,13 @@ fn from_info(info: &NodeInfo) -> NodeRecord {
     NodeRecord::new(info.id, info.client_addr.clone(), info.peer_addr.clone(), 0)
 }
 
-fn peer_channel(addr: &str) -> Result<Channel, ApiError> {
-    TcpConnector
-        .channel(addr)
-        .map_err(|e| ApiError::new(ErrorReason::Unavailable, e))
-}
-
 impl ClusterRuntime {
     pub fn new(
         me: NodeRecord,
         config: MembershipConfig,
         host: Arc<GroupHost<GroupStateMachine>>,
         controller_shard: Shard,
+        connector: PeerConnector,
     ) -> Arc<Self> {
         let known = BTreeMap::from([(me.id, me.clone())]);
         Arc::new(Self {
@@ -106,11 +104,19 @@ impl ClusterRuntime {
             config,
             host,
             controller_shard,
+            connector,
             known: RwLock::new(known),
             controller: RwLock::new(None),
             view: watch::channel(Arc::new(ClusterState::default())).0,
             stopping: watch::channel(false).0,
         })
+    }
+
+    /// A channel to the peer port at `addr`, dialed as every peer connection of this node.
+    pub(crate) fn peer_channel(&self, addr: &str) -> Result<Channel, ApiError> {
+        self.connector
+            .channel(addr)
+            .map_err(|e| ApiError::new(ErrorReason::Unavailable, e))
     }
 
     /// Ends the background tasks (view following, remote watch).
@@ -424,7 +430,7 @@ impl ClusterRuntime {
     }
 
     async fn hello(&self, addr: &str) -> Result<HelloReply, ApiError> {
-        let mut client = ClusterClient::new(peer_channel(addr)?);
+        let mut client = ClusterClient::new(self.peer_channel(addr)?);
         let reply = client
             .hello(HelloRequest {
                 cluster_id: self.cluster_id().unwrap_or_default(),
@@ -584,7 +590,7 @@ impl ClusterRuntime {
         command: bytes::Bytes,
         hops: u32,
     ) -> Result<Reply, Proposing> {
-        let mut client = ClusterClient::new(peer_channel(target).map_err(Proposing::NotRun)?);
+        let mut client = ClusterClient::new(self.peer_channel(target).map_err(Proposing::NotRun)?);
         let reply = client
             .propose(ProposeRequest {
                 command,
@@ -670,7 +676,7 @@ impl ClusterRuntime {
     }
 
     async fn watch_from(&self, addr: &str) -> Result<(), ApiError> {
-        let mut client = ClusterClient::new(peer_channel(addr)?);
+        let mut client = ClusterClient::new(self.peer_channel(addr)?);
         let mut stream = client
             .watch(WatchRequest {})
             .await

@@ -136,6 +136,25 @@ pub struct ServeArgs {
     /// [env: TRIBUTARY_SEGMENT_BYTES] [default: 67108864]
     #[arg(long)]
     pub segment_bytes: Option<u64>,
+    /// PEM certificate (chain) the client port presents: with --tls-key, the client port
+    /// speaks TLS only. Re-read when the file changes. [env: TRIBUTARY_TLS_CERT]
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert. [env: TRIBUTARY_TLS_KEY]
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM certificate of the cluster CA: with --peer-cert and --peer-key, the peer port
+    /// speaks mutual TLS, accepting only nodes with a certificate from this CA, and this
+    /// node's connections to other nodes verify them against it. [env: TRIBUTARY_PEER_CA]
+    #[arg(long, value_name = "FILE")]
+    pub peer_ca: Option<PathBuf>,
+    /// PEM certificate (chain) from --peer-ca this node presents on the peer port, as
+    /// server and as client. Re-read when the file changes. [env: TRIBUTARY_PEER_CERT]
+    #[arg(long, value_name = "FILE")]
+    pub peer_cert: Option<PathBuf>,
+    /// PEM private key of --peer-cert. [env: TRIBUTARY_PEER_KEY]
+    #[arg(long, value_name = "FILE")]
+    pub peer_key: Option<PathBuf>,
     /// Log as JSON lines instead of human-readable text. [env: TRIBUTARY_LOG_JSON]
     #[arg(long)]
     pub log_json: bool,
@@ -179,6 +198,11 @@ struct FileConfig {
     retention_min: Option<String>,
     retention_interval: Option<String>,
     segment_bytes: Option<u64>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    peer_ca: Option<PathBuf>,
+    peer_cert: Option<PathBuf>,
+    peer_key: Option<PathBuf>,
     log_json: Option<bool>,
     auth: Option<AuthMode>,
 }
@@ -308,6 +332,7 @@ pub struct NodeConfig {
     pub placement: PlacementSettings,
     pub retention: RetentionSettings,
     pub segment_bytes: u64,
+    pub tls: crate::tls::TlsSettings,
     pub log_json: bool,
     pub auth: AuthMode,
     /// The root rule's primary key when this node creates it: `TRIBUTARY_ROOT_KEY`, an
@@ -339,6 +364,7 @@ impl NodeConfig {
             placement: PlacementSettings::default(),
             retention: RetentionSettings::default(),
             segment_bytes: SEGMENT_BYTES_DEFAULT,
+            tls: crate::tls::TlsSettings::default(),
             log_json: false,
             auth: AuthMode::None,
             root_key: None,
@@ -462,10 +488,24 @@ impl ServeArgs {
         if connections.idle_timeout < Duration::from_secs(1) {
             bail!("--idle-timeout must be at least 1s");
         }
+        let tls = tls_settings(
+            self.tls_cert
+                .or(env("TRIBUTARY_TLS_CERT")?)
+                .or(file.tls_cert),
+            self.tls_key.or(env("TRIBUTARY_TLS_KEY")?).or(file.tls_key),
+            self.peer_ca.or(env("TRIBUTARY_PEER_CA")?).or(file.peer_ca),
+            self.peer_cert
+                .or(env("TRIBUTARY_PEER_CERT")?)
+                .or(file.peer_cert),
+            self.peer_key
+                .or(env("TRIBUTARY_PEER_KEY")?)
+                .or(file.peer_key),
+        )?;
         let config = NodeConfig {
             connections,
             placement,
             retention,
+            tls,
             segment_bytes: self
                 .segment_bytes
                 .or(env("TRIBUTARY_SEGMENT_BYTES")?)
@@ -626,9 +666,93 @@ impl ServeArgs {
     }
 }
 
+/// TLS settings from the five file settings: the client port's two come together, and so
+/// do the peer port's three.
+fn tls_settings(
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    peer_ca: Option<PathBuf>,
+    peer_cert: Option<PathBuf>,
+    peer_key: Option<PathBuf>,
+) -> anyhow::Result<crate::tls::TlsSettings> {
+    use crate::tls::{CertFiles, PeerTlsFiles};
+    let client = match (tls_cert, tls_key) {
+        (Some(cert), Some(key)) => Some(CertFiles { cert, key }),
+        (None, None) => None,
+        _ => bail!(
+            "--tls-cert and --tls-key go together: give both for TLS on the client port, or \
+             neither for plain text"
+        ),
+    };
+    let peer = match (peer_ca, peer_cert, peer_key) {
+        (Some(ca), Some(cert), Some(key)) => Some(PeerTlsFiles {
+            ca,
+            cert: CertFiles { cert, key },
+        }),
+        (None, None, None) => None,
+        _ => bail!(
+            "--peer-ca, --peer-cert and --peer-key go together: give all three for mutual TLS \
+             on the peer port, or none for plain text"
+        ),
+    };
+    Ok(crate::tls::TlsSettings { client, peer })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tls_files_come_in_complete_sets() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("t.toml");
+        std::fs::write(
+            &file,
+            "tls_key = \"client.key\"\npeer_ca = \"ca.pem\"\npeer_cert = \"n.pem\"\npeer_key = \"n.key\"\n",
+        )
+        .unwrap();
+        let config = ServeArgs {
+            tls_cert: Some("client.pem".into()),
+            config: Some(file),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        let client = config.tls.client.expect("client TLS");
+        assert_eq!(client.cert, PathBuf::from("client.pem"));
+        assert_eq!(client.key, PathBuf::from("client.key"));
+        let peer = config.tls.peer.expect("peer TLS");
+        assert_eq!(peer.ca, PathBuf::from("ca.pem"));
+        assert_eq!(peer.cert.key, PathBuf::from("n.key"));
+
+        assert_eq!(
+            ServeArgs::default().resolve().unwrap().tls,
+            crate::tls::TlsSettings::default()
+        );
+        let err = ServeArgs {
+            tls_cert: Some("client.pem".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("--tls-cert and --tls-key go together"),
+            "{err}"
+        );
+        let err = ServeArgs {
+            peer_ca: Some("ca.pem".into()),
+            peer_key: Some("n.key".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("--peer-ca, --peer-cert and --peer-key go together"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn flags_win_over_file_and_defaults_fill_the_rest() {

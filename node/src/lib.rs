@@ -21,6 +21,7 @@ pub mod readers;
 pub mod retention;
 pub mod root_connection_string;
 pub mod status;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -36,7 +37,7 @@ use tributary_proto::v1::consumer_server::ConsumerServer;
 use tributary_proto::v1::diagnostics_server::DiagnosticsServer;
 use tributary_proto::v1::management_server::ManagementServer;
 use tributary_proto::v1::producer_server::ProducerServer;
-use tributary_raft::{GroupHost, PeerRouter, PeerService, TcpConnector};
+use tributary_raft::{GroupHost, PeerRouter, PeerService};
 use tributary_storage::{Shard, ShardConfig};
 use tributary_types::{NodeId, SystemClock};
 
@@ -132,10 +133,11 @@ impl Node {
         let http_addr = http_listener.local_addr()?;
         let peer_addr = peer_listener.local_addr()?;
 
+        let node_tls = tls::NodeTls::load(&config.tls)?;
         let node_id = NodeId(identity.node_id);
         let host = GroupHost::with_settings(
             node_id,
-            PeerRouter::new(node_id.0, TcpConnector),
+            PeerRouter::new(node_id.0, node_tls.peer_connector.clone()),
             config.raft,
         );
         host.hibernate_idle();
@@ -159,6 +161,7 @@ impl Node {
             },
             host.clone(),
             shards[0].clone(),
+            node_tls.peer_connector.clone(),
         );
         let broker = Broker::new(
             runtime.clone(),
@@ -178,32 +181,38 @@ impl Node {
 
         let connections = config.connections;
         let keepalive = keepalive_interval(connections.idle_timeout);
-        let mut peer_shutdown = shutdown_rx.clone();
-        let peer_server = tokio::spawn(
-            tonic::transport::Server::builder()
-                .http2_keepalive_interval(Some(keepalive))
-                .http2_keepalive_timeout(Some(keepalive))
-                .max_concurrent_streams(Some(connections.max_streams_per_connection))
-                .initial_stream_window_size(tributary_raft::PEER_STREAM_WINDOW_BYTES)
-                .initial_connection_window_size(tributary_raft::PEER_CONNECTION_WINDOW_BYTES)
-                .add_service(PeerService::new(host.clone()).into_server())
-                .add_service(ClusterServer::new(ClusterService {
-                    runtime: runtime.clone(),
-                }))
-                .add_service(NodeStatusServer::new(status::NodeStatusService {
-                    broker: broker.clone(),
-                }))
-                .serve_with_incoming_shutdown(
-                    limits::incoming(
+        let peer_router = tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(keepalive))
+            .http2_keepalive_timeout(Some(keepalive))
+            .max_concurrent_streams(Some(connections.max_streams_per_connection))
+            .initial_stream_window_size(tributary_raft::PEER_STREAM_WINDOW_BYTES)
+            .initial_connection_window_size(tributary_raft::PEER_CONNECTION_WINDOW_BYTES)
+            .add_service(PeerService::new(host.clone()).into_server())
+            .add_service(ClusterServer::new(ClusterService {
+                runtime: runtime.clone(),
+            }))
+            .add_service(NodeStatusServer::new(status::NodeStatusService {
+                broker: broker.clone(),
+            }));
+        let peer_gate = limits::ConnectionGate::new("peer", connections.max_connections);
+        let peer_server = tokio::spawn(match node_tls.peer_port {
+            None => futures::future::Either::Left(peer_router.serve_with_incoming_shutdown(
+                limits::incoming(peer_listener, peer_gate, connections.idle_timeout),
+                stopped(shutdown_rx.clone()),
+            )),
+            Some(config) => {
+                futures::future::Either::Right(peer_router.serve_with_incoming_shutdown(
+                    tls::incoming(
                         peer_listener,
-                        limits::ConnectionGate::new("peer", connections.max_connections),
+                        config,
+                        tls::TlsPort::Peer,
+                        peer_gate,
                         connections.idle_timeout,
                     ),
-                    async move {
-                        let _ = peer_shutdown.wait_for(|stop| *stop).await;
-                    },
-                ),
-        );
+                    stopped(shutdown_rx.clone()),
+                ))
+            }
+        });
         tracing::info!(%peer_addr, node_id = node_id.0, "joining the cluster");
         runtime.run().await?;
         let cluster_id = {
@@ -281,17 +290,23 @@ impl Node {
                     auth,
                 },
             ));
-        let mut server_shutdown = shutdown_rx.clone();
-        let server = tokio::spawn(server.serve_with_incoming_shutdown(
-            limits::incoming(
-                client_listener,
-                limits::ConnectionGate::new("client", connections.max_connections),
-                connections.idle_timeout,
-            ),
-            async move {
-                let _ = server_shutdown.wait_for(|stop| *stop).await;
-            },
-        ));
+        let client_gate = limits::ConnectionGate::new("client", connections.max_connections);
+        let server = tokio::spawn(match node_tls.client_port {
+            None => futures::future::Either::Left(server.serve_with_incoming_shutdown(
+                limits::incoming(client_listener, client_gate, connections.idle_timeout),
+                stopped(shutdown_rx.clone()),
+            )),
+            Some(config) => futures::future::Either::Right(server.serve_with_incoming_shutdown(
+                tls::incoming(
+                    client_listener,
+                    config,
+                    tls::TlsPort::Client,
+                    client_gate,
+                    connections.idle_timeout,
+                ),
+                stopped(shutdown_rx.clone()),
+            )),
+        });
         let http = tokio::spawn(http::serve(http_listener, broker.clone(), shutdown_rx));
         tracing::info!(
             %client_addr,
@@ -433,4 +448,9 @@ fn init_logging(json: bool) {
 /// for `idle_timeout` (the answers are traffic), at most every 30 s.
 fn keepalive_interval(idle_timeout: std::time::Duration) -> std::time::Duration {
     (idle_timeout / 3).min(std::time::Duration::from_secs(30))
+}
+
+/// Resolves when the node starts shutting down.
+async fn stopped(mut shutdown: watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
 }

@@ -46,7 +46,7 @@ impl Reports {
             if node.id == runtime.me.id {
                 Some(crate::status::local_status(broker))
             } else {
-                crate::status::remote_status(&node.peer_addr).await
+                crate::status::remote_status(runtime, &node.peer_addr).await
             }
         }))
         .await;

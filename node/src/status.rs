@@ -12,7 +12,7 @@ use tributary_proto::peer::node_status_client::NodeStatusClient;
 use tributary_proto::peer::node_status_server::NodeStatus;
 use tributary_proto::peer::{GroupStatus, LocalStatusReply, LocalStatusRequest};
 use tributary_proto::v1 as pb;
-use tributary_raft::{Connector, TcpConnector, member_node};
+use tributary_raft::member_node;
 use tributary_types::{GroupId, PartitionId};
 
 use crate::broker::Broker;
@@ -91,8 +91,11 @@ impl NodeStatus for NodeStatusService {
     }
 }
 
-pub(crate) async fn remote_status(peer_addr: &str) -> Option<LocalStatusReply> {
-    let channel = TcpConnector.channel(peer_addr).ok()?;
+pub(crate) async fn remote_status(
+    runtime: &ClusterRuntime,
+    peer_addr: &str,
+) -> Option<LocalStatusReply> {
+    let channel = runtime.peer_channel(peer_addr).ok()?;
     let mut request = Request::new(LocalStatusRequest {});
     request.set_timeout(NODE_STATUS_TIMEOUT);
     let mut client = NodeStatusClient::new(channel);
@@ -118,7 +121,7 @@ pub async fn down_nodes(runtime: &ClusterRuntime) -> Vec<u64> {
         }
         // A few tries: one missed answer must not make a node look dead.
         for attempt in 0..LIVENESS_PROBES {
-            if remote_status(&node.peer_addr).await.is_some() {
+            if remote_status(runtime, &node.peer_addr).await.is_some() {
                 return (node.id, true);
             }
             if attempt + 1 < LIVENESS_PROBES {
@@ -144,7 +147,7 @@ pub async fn cluster_status(broker: &Broker) -> pb::ClusterStatus {
         let report = if node.id == runtime.me.id {
             Some(local_status(broker))
         } else {
-            remote_status(&node.peer_addr).await
+            remote_status(runtime, &node.peer_addr).await
         };
         (node.id, report)
     }))

@@ -19,7 +19,7 @@ pub use member::{NODE_ID_MAX, describe_member, member_id, member_incarnation, me
 pub use membership::{PROMOTE_LAG_MAX, VoterChange, reconcile_voters, transfer_leadership};
 pub use network::{
     Connector, NetworkFactory, PEER_CONNECTION_WINDOW_BYTES, PEER_MESSAGE_BYTES_MAX,
-    PEER_STREAM_WINDOW_BYTES, PeerRouter, TcpConnector,
+    PEER_STREAM_WINDOW_BYTES, PeerRouter, TcpConnector, peer_endpoint,
 };
 pub use peer_service::PeerService;
 pub use quiet::Hibernation;

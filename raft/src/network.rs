@@ -68,16 +68,22 @@ pub struct TcpConnector;
 
 impl Connector for TcpConnector {
     fn channel(&self, addr: &str) -> Result<Channel, String> {
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| format!("bad peer address {addr:?}: {e}"))?
-            .connect_timeout(Duration::from_secs(2))
-            .tcp_nodelay(true)
-            .initial_stream_window_size(PEER_STREAM_WINDOW_BYTES)
-            .initial_connection_window_size(PEER_CONNECTION_WINDOW_BYTES)
-            .http2_keep_alive_interval(Duration::from_secs(10))
-            .keep_alive_timeout(Duration::from_secs(5));
-        Ok(endpoint.connect_lazy())
+        Ok(peer_endpoint("http", addr)?.connect_lazy())
     }
+}
+
+/// The settings of every channel to a peer port, at `scheme://addr`: a connector that dials
+/// differently (TLS) makes its channel from these with
+/// [`Endpoint::connect_with_connector_lazy`].
+pub fn peer_endpoint(scheme: &str, addr: &str) -> Result<Endpoint, String> {
+    Ok(Endpoint::from_shared(format!("{scheme}://{addr}"))
+        .map_err(|e| format!("bad peer address {addr:?}: {e}"))?
+        .connect_timeout(Duration::from_secs(2))
+        .tcp_nodelay(true)
+        .initial_stream_window_size(PEER_STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(PEER_CONNECTION_WINDOW_BYTES)
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_timeout(Duration::from_secs(5)))
 }
 
 struct RouterInner {

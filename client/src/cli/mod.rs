@@ -23,15 +23,10 @@ pub use process::ProcessArgs;
 pub use receive::ReceiveArgs;
 pub use send::SendArgs;
 
-use crate::{Client, ConnectOptions, Transport};
+use crate::{Client, ClientOptions, ConnectOptions, Transport};
 
 /// The endpoint when neither `--endpoint` nor `--connection-string` names one.
 pub const ENDPOINT_DEFAULT: &str = "http://127.0.0.1:7400";
-
-/// How the CLI reaches an `sb://` endpoint of a connection string. The CLI speaks plain
-/// HTTP/2 only, as the nodes serve it; this is the one place that changes when it speaks
-/// TLS.
-const CONNECTION_STRING_TRANSPORT: Transport = Transport::Plaintext;
 
 /// Options shared by every client command. Flatten into the top-level parser; they are
 /// global, so they may also be given after the subcommand.
@@ -52,6 +47,11 @@ pub struct CliGlobals {
         global = true
     )]
     pub connection_string: Option<String>,
+    /// PEM file of the CA that signed the nodes' client-port certificates; the CLI trusts
+    /// it (and only it) for an https:// endpoint, and reaches a connection string's sb://
+    /// endpoint over TLS when it is given (plain text otherwise).
+    #[arg(long, env = "TRIBUTARY_CA_CERT", value_name = "FILE", global = true)]
+    pub ca_cert: Option<std::path::PathBuf>,
     /// Output format: `table` for people, `json` for scripts (`receive` prints one JSON object
     /// per event and line).
     #[arg(long, value_enum, default_value_t = OutputFormat::Table, global = true)]
@@ -67,11 +67,23 @@ impl CliGlobals {
     /// A client for the command: authorized with `--connection-string` when given.
     pub async fn connect(&self) -> anyhow::Result<Client> {
         Ok(match &self.connection_string {
-            None => Client::connect(self.endpoint_or_default()).await?,
+            None => {
+                let options = ClientOptions {
+                    ca_cert: self.ca_cert.clone(),
+                };
+                Client::connect_with(self.endpoint_or_default(), options).await?
+            }
             Some(text) => {
+                // An sb:// endpoint is reached over TLS when a CA is given to trust.
+                let transport = if self.ca_cert.is_some() {
+                    Transport::Tls
+                } else {
+                    Transport::Plaintext
+                };
                 let options = ConnectOptions {
-                    transport: CONNECTION_STRING_TRANSPORT,
+                    transport,
                     endpoint: self.endpoint.clone(),
+                    ca_cert: self.ca_cert.clone(),
                     ..ConnectOptions::default()
                 };
                 Client::from_connection_string_with(text, options)
@@ -91,6 +103,7 @@ impl std::fmt::Debug for CliGlobals {
                 "connection_string",
                 &self.connection_string.as_ref().map(|_| "<redacted>"),
             )
+            .field("ca_cert", &self.ca_cert)
             .field("output", &self.output)
             .finish()
     }

@@ -21,6 +21,11 @@ const COMMANDS: &[(&[&str], &[&str])] = &[
             "--cluster-id",
             "--config",
             "--auth",
+            "--tls-cert",
+            "--tls-key",
+            "--peer-ca",
+            "--peer-cert",
+            "--peer-key",
         ],
     ),
     (
@@ -33,6 +38,8 @@ const COMMANDS: &[(&[&str], &[&str])] = &[
             "--count",
             "--size",
             "--batch-size",
+            "--endpoint",
+            "--ca-cert",
         ],
     ),
     (

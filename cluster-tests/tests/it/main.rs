@@ -27,4 +27,5 @@ mod sas_interop;
 mod script;
 mod signals;
 mod throughput;
+mod tls;
 mod watch;
