@@ -204,6 +204,16 @@ impl ConsumerStore {
         }
     }
 
+    /// Every checkpoint: (hub, consumer group, partition index, sequence number).
+    pub fn checkpoint_sequences(&self) -> Vec<(HubId, String, u16, i64)> {
+        self.checkpoints
+            .iter()
+            .map(|((hub, group, partition), c)| {
+                (*hub, group.clone(), *partition, c.sequence_number)
+            })
+            .collect()
+    }
+
     /// Drops the records of hubs and consumer groups that no longer exist.
     pub fn prune(&mut self, cluster: &ClusterState) {
         let live = |(hub, group, _): &Key| {
