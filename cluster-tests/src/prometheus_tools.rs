@@ -41,7 +41,8 @@ fn find(name: &str) -> Option<PathBuf> {
 }
 
 /// A `prometheus` server on a free local port scraping `targets` (host:port of `/metrics`)
-/// every second, with its data in `dir`; killed when dropped.
+/// every second and evaluating `rule_files` every second, with its data in `dir`; killed
+/// when dropped.
 pub struct PrometheusServer {
     child: Child,
     port: u16,
@@ -49,17 +50,31 @@ pub struct PrometheusServer {
 }
 
 impl PrometheusServer {
-    pub async fn start(binary: &Path, dir: &Path, targets: &[String]) -> PrometheusServer {
+    pub async fn start(
+        binary: &Path,
+        dir: &Path,
+        targets: &[String],
+        rule_files: &[PathBuf],
+    ) -> PrometheusServer {
         std::fs::create_dir_all(dir).unwrap();
         let config = dir.join("prometheus.yml");
-        let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
+        let quoted = |items: Vec<String>| {
+            items
+                .iter()
+                .map(|t| format!("'{t}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let rule_files = rule_files.iter().map(|f| f.display().to_string()).collect();
         std::fs::write(
             &config,
             format!(
                 "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+                 rule_files: [{}]\n\
                  scrape_configs:\n  - job_name: tributary\n    static_configs:\n      \
                  - targets: [{}]\n",
-                targets.join(", ")
+                quoted(rule_files),
+                quoted(targets.to_vec())
             ),
         )
         .unwrap();

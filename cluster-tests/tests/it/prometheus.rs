@@ -1,7 +1,7 @@
 //! Prometheus's own tools against what we expose: `promtool check metrics` on a live node's
 //! `/metrics`, `promtool` on the alert rules and their unit tests, and a real `prometheus`
-//! server that scrapes a three-node cluster and sees a stopped node's partitions counted as
-//! under-replicated.
+//! server that scrapes a three-node cluster, with our rules loaded, and sees a stopped node's
+//! partitions counted as under-replicated.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -139,7 +139,7 @@ async fn alert_rules_are_valid_and_their_unit_tests_pass() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn prometheus_sees_under_replicated_partitions_when_a_node_stops() {
+async fn prometheus_sees_consumer_lag_and_under_replication_when_a_node_stops() {
     let Some((_, prometheus)) = prometheus_tools() else {
         return;
     };
@@ -155,8 +155,35 @@ async fn prometheus_sees_under_replicated_partitions_when_a_node_stops() {
         .iter()
         .map(|n| n.http_addr().to_string())
         .collect();
-    let server =
-        PrometheusServer::start(&prometheus, &dir.path().join("prometheus"), &targets).await;
+    let rules = rules_dir().join("tributary-alerts.yml");
+    let server = PrometheusServer::start(
+        &prometheus,
+        &dir.path().join("prometheus"),
+        &targets,
+        &[rules],
+    )
+    .await;
+
+    // The consumer-lag recording rule joins the real series: 5 events, checkpointed at 1.
+    let events: Vec<EventData> = (0..5)
+        .map(|i| EventData::from_body(format!("e{i}")))
+        .collect();
+    client
+        .producer()
+        .send("scraped", SendTarget::PartitionId("0".into()), events)
+        .await
+        .unwrap();
+    client
+        .checkpoint_store()
+        .update_checkpoint("scraped", "$Default", "0", 1, 1, None)
+        .await
+        .unwrap();
+    wait_for_query(
+        &server,
+        "tributary:consumer_group_lag_events{hub=\"scraped\",consumer_group=\"$Default\",partition=\"0\"}",
+        |v| v == 3.0,
+    )
+    .await;
 
     let under_replicated = "sum(tributary_partitions_under_replicated)";
     // All three nodes scraped, the controller leader among them, and nothing missing.
@@ -176,6 +203,15 @@ async fn prometheus_sees_under_replicated_partitions_when_a_node_stops() {
     cluster.nodes[victim].terminate().await;
     wait_for_query(&server, under_replicated, |v| v > 0.0).await;
     wait_for_query(&server, "sum(up{job=\"tributary\"})", |v| v == 2.0).await;
+    // The node-down alert, loaded from our rules, is pending for the stopped node (it fires
+    // after a minute).
+    let stopped = &targets[victim];
+    wait_for_query(
+        &server,
+        &format!("ALERTS{{alertname=\"TributaryNodeDown\",instance=\"{stopped}\"}}"),
+        |v| v == 1.0,
+    )
+    .await;
 }
 
 /// Polls an instant query until its single value satisfies `wanted`; panics with the last
