@@ -10,6 +10,7 @@ pub mod containers;
 mod http;
 pub mod nemesis;
 mod node_process;
+pub mod prometheus_tools;
 pub mod python_tools;
 mod seed;
 mod test_dir;

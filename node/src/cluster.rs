@@ -21,7 +21,7 @@ use tributary_proto::peer::{
 use tributary_raft::openraft_api::{ClientWriteError, RaftError};
 use tributary_raft::{Connector, GroupHost, Proposal, ProposalResult, Raft};
 use tributary_storage::{MetaKey, Shard};
-use tributary_types::GroupId;
+use tributary_types::{GroupId, HubId};
 
 use crate::api::error::ApiError;
 use crate::controller::rules::{RuleCommand, random_key};
@@ -150,6 +150,25 @@ impl ClusterRuntime {
             hibernation.wake_for_write(&raft).await;
         }
         raft
+    }
+
+    /// Every checkpoint in this node's replica of the controller's consumer store (hub,
+    /// consumer group, partition index, sequence number); `None` on nodes that are not
+    /// controller voters. A local read: it may trail the leader by a moment.
+    pub async fn checkpoint_sequences(&self) -> Option<Vec<(HubId, String, u16, i64)>> {
+        let raft = self.controller()?;
+        raft.with_state_machine(|sm: &mut GroupStateMachine| {
+            let sequences = match sm {
+                GroupStateMachine::Controller(controller) => {
+                    Some(controller.store().checkpoint_sequences())
+                }
+                GroupStateMachine::Partition(_) => None,
+            };
+            Box::pin(async move { sequences })
+        })
+        .await
+        .ok()
+        .flatten()
     }
 
     /// Whether this node leads the controller group now.

@@ -8,12 +8,20 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::broker::Broker;
 use crate::fault::FaultHooks;
+
+/// Histogram buckets of every `*_seconds` histogram: 100 µs to 10 s.
+const LATENCY_BUCKETS_SECONDS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+/// Histogram buckets of `tributary_storage_commit_batch_writes`.
+const BATCH_BUCKETS_WRITES: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
 
 /// The process-wide metrics recorder, installed once.
 pub fn metrics_handle() -> PrometheusHandle {
@@ -21,8 +29,16 @@ pub fn metrics_handle() -> PrometheusHandle {
     HANDLE
         .get_or_init(|| {
             let handle = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS_SECONDS)
+                .expect("the latency buckets are not empty")
+                .set_buckets_for_metric(
+                    Matcher::Full("tributary_storage_commit_batch_writes".into()),
+                    BATCH_BUCKETS_WRITES,
+                )
+                .expect("the batch buckets are not empty")
                 .install_recorder()
                 .expect("the metrics recorder is installed once");
+            describe_added_metrics();
             metrics::describe_counter!(
                 "tributary_storage_fsyncs_total",
                 "Durable storage commits (each one fsync), across all shards"
@@ -36,7 +52,7 @@ pub fn metrics_handle() -> PrometheusHandle {
                 metrics::Unit::Seconds,
                 "Time one storage transaction takes to commit (with its fsync when durable)"
             );
-            metrics::describe_counter!("tributary_events_in_total", "Events accepted by sends");
+            metrics::describe_counter!("tributary_events_in_total", "Events accepted by sends, by hub");
             metrics::describe_gauge!(
                 "tributary_connections_open",
                 "Connections open on a gRPC port (client, peer)"
@@ -50,8 +66,15 @@ pub fn metrics_handle() -> PrometheusHandle {
                 "tributary_sends_in_flight",
                 "Sends this node has received and not yet answered"
             );
-            metrics::describe_counter!("tributary_bytes_in_total", "Bytes accepted by sends");
-            metrics::describe_counter!("tributary_events_out_total", "Events delivered to readers");
+            metrics::describe_counter!(
+                "tributary_bytes_in_total",
+                metrics::Unit::Bytes,
+                "Bytes accepted by sends, by hub"
+            );
+            metrics::describe_counter!(
+                "tributary_events_out_total",
+                "Events delivered to readers, by hub"
+            );
             metrics::describe_counter!(
                 "tributary_raft_snapshots_installed_total",
                 "Partition replicas rebuilt from a snapshot sent by their leader"
@@ -70,7 +93,8 @@ pub fn metrics_handle() -> PrometheusHandle {
             );
             metrics::describe_histogram!(
                 "tributary_send_duration_seconds",
-                "Time from a send's arrival to its commit"
+                metrics::Unit::Seconds,
+                "Time from a send's arrival to its commit, by hub"
             );
             metrics::describe_gauge!(
                 "tributary_storage_data_bytes",
@@ -101,6 +125,144 @@ pub fn metrics_handle() -> PrometheusHandle {
         .clone()
 }
 
+/// Descriptions of the metrics of the issue "Operations" list not described above, and the
+/// build info series (set once here).
+fn describe_added_metrics() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_gauge!(
+        "tributary_build_info",
+        "Always 1; the version label is the node's release"
+    );
+    metrics::gauge!("tributary_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    describe_counter!(
+        "tributary_bytes_out_total",
+        Unit::Bytes,
+        "Event body bytes delivered to readers, by hub"
+    );
+    describe_histogram!(
+        "tributary_receive_duration_seconds",
+        Unit::Seconds,
+        "Time to read one batch of events for a reader and queue it for the client, by hub"
+    );
+    describe_counter!(
+        "tributary_sends_throttled_total",
+        "Sends refused with ServerBusy because their hub was over its throughput units, by hub"
+    );
+    describe_gauge!(
+        "tributary_raft_leader",
+        "1 when this node leads the partition's Raft group, else 0 (replicas on this node)"
+    );
+    describe_gauge!(
+        "tributary_raft_term",
+        "The Raft term this node's replica of the partition is in"
+    );
+    describe_gauge!(
+        "tributary_raft_follower_lag_max_entries",
+        "On the partition's leader: log entries the furthest-behind follower lacks; 0 elsewhere"
+    );
+    describe_counter!(
+        "tributary_raft_leadership_changes_total",
+        "Times this node was seen to become the partition's leader (sampled every 2 s)"
+    );
+    describe_gauge!(
+        "tributary_partition_last_sequence",
+        "Sequence number of the last event this replica has applied (-1: empty)"
+    );
+    describe_gauge!(
+        "tributary_partitions_under_replicated",
+        "On the controller leader: partitions with fewer up, caught-up voters than their \
+         replication factor; 0 on other nodes, so the sum over nodes is the cluster's count"
+    );
+    describe_gauge!(
+        "tributary_partitions_unavailable",
+        "On the controller leader: partitions without a leader that answers; 0 on other nodes"
+    );
+    describe_gauge!(
+        "tributary_nodes_up",
+        "On the controller leader: cluster nodes that answer status requests; 0 on other nodes"
+    );
+    describe_gauge!(
+        "tributary_controller_leader",
+        "1 when this node leads the controller group, else 0"
+    );
+    describe_gauge!(
+        "tributary_consumer_group_checkpoint_sequence",
+        "On controller voters: the sequence number checkpointed by the consumer group"
+    );
+    describe_gauge!(
+        "tributary_replica_moves_in_flight",
+        "On the controller leader: replica moves started and not yet finished"
+    );
+    describe_gauge!(
+        "tributary_nodes_dead",
+        "On the controller leader: nodes silent past the dead-node timeout"
+    );
+    describe_counter!(
+        "tributary_replica_moves_started_total",
+        "On the controller leader: replica moves placement started"
+    );
+    describe_counter!(
+        "tributary_replica_moves_finished_total",
+        "On the controller leader: replica moves that completed"
+    );
+    describe_counter!(
+        "tributary_replica_moves_rolled_back_total",
+        "On the controller leader: replica moves abandoned because their target went away"
+    );
+    describe_counter!(
+        "tributary_stale_replicas_dropped_total",
+        "Replicas deleted from this node because the cluster no longer assigns them here"
+    );
+    describe_gauge!(
+        "tributary_auth_enabled",
+        "1 when clients must present SAS tokens (--auth sas), 0 with --auth none"
+    );
+    describe_counter!(
+        "tributary_auth_refused_total",
+        "Client requests refused by authorization, by reason"
+    );
+    describe_counter!(
+        "tributary_tls_connections_refused_total",
+        "Connections refused during the TLS handshake, by port"
+    );
+    describe_counter!(
+        "tributary_capture_files_total",
+        "Capture files written to the hubs' capture destinations"
+    );
+    describe_counter!(
+        "tributary_capture_events_total",
+        "Events written into capture files"
+    );
+    describe_counter!(
+        "tributary_capture_errors_total",
+        "Capture attempts that failed (retried); see the node's log"
+    );
+    describe_gauge!(
+        "tributary_raft_groups_asleep",
+        "Raft groups led here whose heartbeats are paused while idle"
+    );
+    describe_gauge!(
+        "tributary_storage_segments",
+        "Write-ahead log segments kept by the storage shard that last checkpointed"
+    );
+    describe_histogram!(
+        "tributary_storage_checkpoint_seconds",
+        Unit::Seconds,
+        "Time one storage checkpoint (WAL into the table store) takes"
+    );
+}
+
+/// The exposition text. `process_cpu_seconds_total` is recorded as a gauge (the metrics
+/// crate's counters are integers, which would count whole CPU seconds only) but only ever
+/// grows, so it is typed as the counter its name says it is.
+fn render(handle: &PrometheusHandle) -> String {
+    handle.render().replacen(
+        "# TYPE process_cpu_seconds_total gauge",
+        "# TYPE process_cpu_seconds_total counter",
+        1,
+    )
+}
+
 fn process_collector() -> &'static metrics_process::Collector {
     static COLLECTOR: OnceLock<metrics_process::Collector> = OnceLock::new();
     COLLECTOR.get_or_init(metrics_process::Collector::default)
@@ -123,7 +285,7 @@ pub async fn serve(
                 // The standard process_* series (CPU seconds, resident memory, open files,
                 // threads), read at each scrape.
                 process_collector().collect();
-                handle.render()
+                render(&handle)
             }),
         )
         .route(
@@ -180,6 +342,18 @@ fn arm_crash_after_commit(hooks: &FaultHooks) -> (StatusCode, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_seconds_are_typed_as_a_counter_with_their_fraction() {
+        let handle = metrics_handle();
+        process_collector().collect();
+        let text = render(&handle);
+        assert!(
+            text.contains("# TYPE process_cpu_seconds_total counter"),
+            "{text}"
+        );
+        assert!(!text.contains("process_cpu_seconds_total gauge"), "{text}");
+    }
 
     #[test]
     fn crash_hook_is_armed_only_when_enabled() {

@@ -21,6 +21,7 @@ pub mod readers;
 pub mod retention;
 pub mod root_connection_string;
 pub mod status;
+pub mod telemetry;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -232,6 +233,7 @@ impl Node {
             config.data_dir.clone(),
         ));
         tokio::spawn(capture::capturer::run(broker.clone()));
+        tokio::spawn(telemetry::run(broker.clone()));
 
         // The recorder first, so the auth gauge set next is kept.
         http::metrics_handle();

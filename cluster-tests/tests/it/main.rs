@@ -19,6 +19,7 @@ mod idempotent;
 mod load;
 mod placement;
 mod processor;
+mod prometheus;
 mod receive_failover;
 mod rejoin;
 mod replication;

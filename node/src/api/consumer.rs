@@ -124,6 +124,7 @@ impl Consumer for ConsumerService {
                 )),
             }
         };
+        let traffic = HubTraffic::of(&hub.name);
         let broker = self.broker.clone();
         let hub_name = hub.name.clone();
         // Egress is slowed to the hub's throughput units, never refused; TU changes apply
@@ -139,6 +140,7 @@ impl Consumer for ConsumerService {
                 slot,
                 next: start,
                 max_batch,
+                traffic,
             },
             tx,
             closing,
@@ -157,6 +159,27 @@ struct Read {
     slot: ReaderSlot,
     next: i64,
     max_batch: usize,
+    traffic: HubTraffic,
+}
+
+/// The hub's outgoing traffic counters and read latency, labelled once per reader.
+struct HubTraffic {
+    events_out: metrics::Counter,
+    bytes_out: metrics::Counter,
+    receive_duration: metrics::Histogram,
+}
+
+impl HubTraffic {
+    fn of(hub: &str) -> HubTraffic {
+        HubTraffic {
+            events_out: metrics::counter!("tributary_events_out_total", "hub" => hub.to_string()),
+            bytes_out: metrics::counter!("tributary_bytes_out_total", "hub" => hub.to_string()),
+            receive_duration: metrics::histogram!(
+                "tributary_receive_duration_seconds",
+                "hub" => hub.to_string()
+            ),
+        }
+    }
 }
 
 async fn stream_events(
@@ -171,6 +194,7 @@ async fn stream_events(
         mut slot,
         mut next,
         max_batch,
+        traffic,
     } = read;
     let mut progress = partition.subscribe();
     loop {
@@ -179,6 +203,7 @@ async fn stream_events(
             return;
         }
         progress.mark_unchanged();
+        let started = std::time::Instant::now();
         let events = match partition.read(next, max_batch) {
             Ok(events) => events,
             Err(err) => {
@@ -198,7 +223,11 @@ async fn stream_events(
             if tx.send(Ok(response)).await.is_err() {
                 return;
             }
-            metrics::counter!("tributary_events_out_total").increment(count);
+            traffic
+                .receive_duration
+                .record(started.elapsed().as_secs_f64());
+            traffic.events_out.increment(count);
+            traffic.bytes_out.increment(bytes as u64);
             let (throughput_units, partitions) = egress_limit();
             let wait = partition.egress_wait(throughput_units, partitions, bytes, count as usize);
             if !wait.is_zero() {

@@ -90,7 +90,8 @@ impl Producer for ProducerService {
             size_bytes,
             event_count,
         ) {
-            metrics::counter!("tributary_sends_throttled_total").increment(1);
+            metrics::counter!("tributary_sends_throttled_total", "hub" => hub.name.clone())
+                .increment(1);
             return Err(ApiError::busy(
                 format!(
                     "event hub '{}' is over its {} throughput unit(s) (1 MB/s or 1,000 events/s each, shared by its {} partitions). Please wait {} ms and try again, or raise its throughput units",
@@ -124,10 +125,12 @@ impl Producer for ProducerService {
             }
         };
         FaultHooks::global().after_commit();
-        metrics::histogram!("tributary_send_duration_seconds")
+        metrics::histogram!("tributary_send_duration_seconds", "hub" => hub.name.clone())
             .record(started.elapsed().as_secs_f64());
-        metrics::counter!("tributary_events_in_total").increment(event_count as u64);
-        metrics::counter!("tributary_bytes_in_total").increment(size_bytes as u64);
+        metrics::counter!("tributary_events_in_total", "hub" => hub.name.clone())
+            .increment(event_count as u64);
+        metrics::counter!("tributary_bytes_in_total", "hub" => hub.name.clone())
+            .increment(size_bytes as u64);
         Ok(Response::new(pb::SendResponse {
             partition_id: partition.group.partition.0.to_string(),
             first_sequence_number: appended.first_sequence,

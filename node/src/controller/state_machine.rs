@@ -85,6 +85,11 @@ impl ControllerStateMachine {
         ))
     }
 
+    /// This replica's copy of the consumer store (read locally, not through the log).
+    pub fn store(&self) -> &ConsumerStore {
+        &self.applied.store
+    }
+
     async fn persist(&self, durability: Durability) -> io::Result<()> {
         self.shard
             .write(

@@ -204,6 +204,16 @@ impl ConsumerStore {
         }
     }
 
+    /// Every checkpoint: (hub, consumer group, partition index, sequence number).
+    pub fn checkpoint_sequences(&self) -> Vec<(HubId, String, u16, i64)> {
+        self.checkpoints
+            .iter()
+            .map(|((hub, group, partition), c)| {
+                (*hub, group.clone(), *partition, c.sequence_number)
+            })
+            .collect()
+    }
+
     /// Drops the records of hubs and consumer groups that no longer exist.
     pub fn prune(&mut self, cluster: &ClusterState) {
         let live = |(hub, group, _): &Key| {
@@ -442,6 +452,12 @@ mod tests {
         assert_eq!(default.len(), 1);
         assert_eq!((default[0].0, default[0].1.sequence_number), (2, 7));
         assert_eq!(list(&mut store, "audit")[0].1.sequence_number, 3);
+        // The metrics read every checkpoint at once, each group's under its hub's id.
+        let hub = cluster.hubs["orders"].id;
+        assert_eq!(
+            store.checkpoint_sequences(),
+            vec![(hub, "$Default".into(), 2, 7), (hub, "audit".into(), 2, 3)]
+        );
         // Bad input: a clear error, nothing stored.
         let err = update(&mut store, "$Default", 9, 1).unwrap_err();
         assert!(err.message.contains("partitions are 0 to 3"), "{err}");
