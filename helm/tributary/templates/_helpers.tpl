@@ -53,9 +53,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{/* The node's TOML file: settings every node shares (per-node ones come from env). */}}
 {{- define "tributary.config" -}}
-# Rendered by the Tributary chart; per-node settings (node id, addresses) come from the
+# Rendered by the Tributary chart; per-node settings (node id, advertised addresses) come from the
 # environment. Keys as in `tributary serve --help`, with '_' for '-'.
 data_dir = "/data"
+client_addr = "0.0.0.0:7400"
+peer_addr = "0.0.0.0:7401"
 http_addr = "0.0.0.0:7402"
 seeds = {{ include "tributary.seeds" . }}
 bootstrap_expect = {{ int .Values.bootstrapExpect }}
