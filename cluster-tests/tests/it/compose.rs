@@ -45,14 +45,13 @@ struct Project {
 
 impl Project {
     fn run(&self, args: &[&str]) -> std::process::Output {
-        let output = Command::new(self.tool[0])
+        Command::new(self.tool[0])
             .args(&self.tool[1..])
             .args(["-f", &self.file.display().to_string(), "-p", &self.name])
             .args(args)
             .envs(self.env.iter().map(|(k, v)| (*k, v.as_str())))
             .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.tool.join(" ")));
-        output
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.tool.join(" ")))
     }
 
     fn logs(&self) -> String {
