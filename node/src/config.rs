@@ -35,6 +35,17 @@ pub struct ServeArgs {
     /// [env: TRIBUTARY_PEER_ADDR] [default: 127.0.0.1:7401]
     #[arg(long)]
     pub peer_addr: Option<SocketAddr>,
+    /// The client address other nodes hand to clients (in NOT_LEADER answers and cluster
+    /// status) instead of the bound --client-addr: `host:port`, a DNS name or an IP. For
+    /// nodes bound to 0.0.0.0 or whose IP changes across restarts (Kubernetes pods).
+    /// [env: TRIBUTARY_ADVERTISE_CLIENT_ADDR] [default: the bound address]
+    #[arg(long, value_name = "HOST:PORT")]
+    pub advertise_client_addr: Option<String>,
+    /// The peer address other nodes dial for Raft and membership instead of the bound
+    /// --peer-addr: `host:port`, a DNS name or an IP that stays the same across restarts.
+    /// [env: TRIBUTARY_ADVERTISE_PEER_ADDR] [default: the bound address]
+    #[arg(long, value_name = "HOST:PORT")]
+    pub advertise_peer_addr: Option<String>,
     /// Peer addresses of other nodes to join or form a cluster with, comma-separated.
     /// [env: TRIBUTARY_SEEDS]
     #[arg(long, value_delimiter = ',')]
@@ -173,6 +184,8 @@ pub struct ServeArgs {
 struct FileConfig {
     data_dir: Option<PathBuf>,
     peer_addr: Option<SocketAddr>,
+    advertise_client_addr: Option<String>,
+    advertise_peer_addr: Option<String>,
     seeds: Option<Vec<String>>,
     bootstrap_expect: Option<usize>,
     controller_voters: Option<usize>,
@@ -320,6 +333,9 @@ pub struct NodeConfig {
     pub controller_voters: usize,
     pub client_addr: SocketAddr,
     pub http_addr: SocketAddr,
+    /// Registered instead of the bound client and peer addresses when set (`host:port`).
+    pub advertise_client_addr: Option<String>,
+    pub advertise_peer_addr: Option<String>,
     pub node_id: u64,
     pub capacity_units: u32,
     pub zone: Option<String>,
@@ -352,6 +368,8 @@ impl NodeConfig {
             controller_voters: 3,
             client_addr: "127.0.0.1:0".parse().expect("valid"),
             http_addr: "127.0.0.1:0".parse().expect("valid"),
+            advertise_client_addr: None,
+            advertise_peer_addr: None,
             node_id: 1,
             capacity_units: 1,
             zone: None,
@@ -517,6 +535,18 @@ impl ServeArgs {
                 .or(file.peer_addr)
                 .unwrap_or_else(|| "127.0.0.1:7401".parse().expect("valid")),
             seeds,
+            advertise_client_addr: advertised(
+                self.advertise_client_addr
+                    .or(env("TRIBUTARY_ADVERTISE_CLIENT_ADDR")?)
+                    .or(file.advertise_client_addr),
+                "--advertise-client-addr",
+            )?,
+            advertise_peer_addr: advertised(
+                self.advertise_peer_addr
+                    .or(env("TRIBUTARY_ADVERTISE_PEER_ADDR")?)
+                    .or(file.advertise_peer_addr),
+                "--advertise-peer-addr",
+            )?,
             bootstrap_expect: self
                 .bootstrap_expect
                 .or(env("TRIBUTARY_BOOTSTRAP_EXPECT")?)
@@ -664,6 +694,24 @@ impl ServeArgs {
         }
         Ok(config)
     }
+}
+
+/// An advertised address: `host:port` with a host (DNS name or IP; an IPv6 address in
+/// brackets) and a port from 1 to 65535.
+fn advertised(text: Option<String>, flag: &str) -> anyhow::Result<Option<String>> {
+    let Some(text) = text.filter(|t| !t.is_empty()) else {
+        return Ok(None);
+    };
+    let valid = text.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty()
+            && !host.contains('/')
+            && !host.chars().any(char::is_whitespace)
+            && port.parse::<u16>().is_ok_and(|p| p != 0)
+    });
+    if !valid {
+        bail!("{flag} {text:?} is invalid: give host:port, e.g. node-1.example.internal:7401");
+    }
+    Ok(Some(text))
 }
 
 /// TLS settings from the five file settings: the client port's two come together, and so
@@ -894,6 +942,83 @@ mod tests {
         ] {
             let err = args.resolve().unwrap_err().to_string();
             assert!(err.contains(message), "{err}");
+        }
+    }
+
+    /// The example config for bare servers (`deploy/systemd/tributary.toml`) is accepted as
+    /// it is, and so is every setting it shows commented out.
+    #[test]
+    fn example_config_for_bare_servers_is_valid() {
+        const EXAMPLE: &str = include_str!("../../deploy/systemd/tributary.toml");
+        let resolve = |text: &str| {
+            let dir = tempfile::tempdir().unwrap();
+            let file = dir.path().join("tributary.toml");
+            std::fs::write(&file, text).unwrap();
+            ServeArgs {
+                config: Some(file),
+                ..Default::default()
+            }
+            .resolve()
+        };
+        let config = resolve(EXAMPLE).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(config.node_id, 1);
+        assert_eq!(config.auth, AuthMode::Sas);
+        assert!(config.tls.client.is_some() && config.tls.peer.is_some());
+        assert_eq!(config.seeds.len(), 3);
+
+        let uncommented: String = EXAMPLE
+            .lines()
+            .map(|line| match line.strip_prefix("# ") {
+                Some(setting)
+                    if setting.split_once(" = ").is_some_and(|(key, _)| {
+                        key.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+                    }) =>
+                {
+                    setting
+                }
+                _ => line,
+            })
+            .map(|line| format!("{line}\n"))
+            .collect();
+        assert!(
+            uncommented.contains("\nretention_interval = "),
+            "{uncommented}"
+        );
+        let config = resolve(&uncommented).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(config.controller_voters, 3);
+        assert_eq!(config.cluster_id.as_deref(), Some("production"));
+        assert_eq!(config.segment_bytes, SEGMENT_BYTES_DEFAULT);
+        assert_eq!(config.placement, PlacementSettings::default());
+        assert_eq!(config.retention, RetentionSettings::default());
+        assert_eq!(config.connections, ConnectionSettings::default());
+    }
+
+    #[test]
+    fn advertised_addresses_are_host_and_port() {
+        let resolve = |client: Option<&str>, peer: Option<&str>| {
+            ServeArgs {
+                advertise_client_addr: client.map(str::to_string),
+                advertise_peer_addr: peer.map(str::to_string),
+                ..Default::default()
+            }
+            .resolve()
+        };
+        let config = resolve(Some("tributary-0.peers.ns.svc:7400"), Some("10.0.0.1:7401")).unwrap();
+        assert_eq!(
+            config.advertise_client_addr.as_deref(),
+            Some("tributary-0.peers.ns.svc:7400")
+        );
+        assert_eq!(config.advertise_peer_addr.as_deref(), Some("10.0.0.1:7401"));
+        assert_eq!(resolve(None, None).unwrap().advertise_peer_addr, None);
+        for bad in [
+            "node-1",
+            "node-1:0",
+            ":7401",
+            "http://node-1:7401",
+            "node 1:7401",
+        ] {
+            let err = resolve(None, Some(bad)).unwrap_err().to_string();
+            assert!(err.contains("--advertise-peer-addr"), "{bad}: {err}");
         }
     }
 

@@ -146,10 +146,17 @@ impl Node {
             NodeRecord {
                 capacity_units: config.capacity_units,
                 zone: config.zone.clone(),
+                // Others reach this node at the advertised addresses, else at the bound ones.
                 ..NodeRecord::new(
                     node_id.0,
-                    client_addr.to_string(),
-                    peer_addr.to_string(),
+                    config
+                        .advertise_client_addr
+                        .clone()
+                        .unwrap_or_else(|| client_addr.to_string()),
+                    config
+                        .advertise_peer_addr
+                        .clone()
+                        .unwrap_or_else(|| peer_addr.to_string()),
                     identity.data_id,
                 )
             },

@@ -16,6 +16,8 @@ const COMMANDS: &[(&[&str], &[&str])] = &[
         &[
             "--data-dir",
             "--client-addr",
+            "--advertise-client-addr",
+            "--advertise-peer-addr",
             "--http-addr",
             "--node-id",
             "--cluster-id",

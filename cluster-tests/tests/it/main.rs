@@ -1,6 +1,7 @@
 //! Tests that run the real `tributary` binary as separate processes on 127.0.0.1.
 //! Build the binary first: `cargo build --bin tributary` (or set `TRIBUTARY_BIN`).
 
+mod advertise;
 mod auth;
 mod bench;
 mod bench_failover;
@@ -8,6 +9,7 @@ mod capture;
 mod cert;
 mod checkpoint_store;
 mod cli;
+mod compose;
 mod crash;
 mod data_dir;
 mod drain;

@@ -1,0 +1,176 @@
+//! `deploy/compose/docker-compose.yml`: one command brings up a working three-node cluster
+//! (all three nodes up, a hub replicated on every node, events sent and read back through
+//! node 1's published port).
+//!
+//! Needs the `tributary:test` image (`scripts/docker-image`; `TRIBUTARY_IMAGE` names
+//! another), so it runs from
+//! `scripts/compose-check`, which sets `TRIBUTARY_COMPOSE_CHECK=1` (then a missing Docker
+//! engine, compose tool or image fails the test). Without that variable it says so and
+//! passes at once.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::time::Instant;
+use tributary_client::{Client, EventData, EventPosition, SendTarget};
+use tributary_cluster_tests::containers::{IMAGE_DEFAULT, image_exists};
+use tributary_cluster_tests::{free_port, test_seed};
+
+const PARTITIONS: u32 = 3;
+const CLUSTER_UP_TIMEOUT: Duration = Duration::from_secs(180);
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `docker compose` (the plugin) or `docker-compose`, whichever answers.
+fn compose_tool() -> Option<Vec<&'static str>> {
+    [vec!["docker", "compose"], vec!["docker-compose"]]
+        .into_iter()
+        .find(|tool| {
+            Command::new(tool[0])
+                .args(&tool[1..])
+                .arg("version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+}
+
+/// A compose project: `down -v` when dropped, so a failed test leaves nothing behind.
+struct Project {
+    tool: Vec<&'static str>,
+    file: PathBuf,
+    name: String,
+    env: Vec<(&'static str, String)>,
+}
+
+impl Project {
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        Command::new(self.tool[0])
+            .args(&self.tool[1..])
+            .args(["-f", &self.file.display().to_string(), "-p", &self.name])
+            .args(args)
+            .envs(self.env.iter().map(|(k, v)| (*k, v.as_str())))
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.tool.join(" ")))
+    }
+
+    fn logs(&self) -> String {
+        let output = self.run(&["logs", "--no-color", "--tail", "40"]);
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+}
+
+impl Drop for Project {
+    fn drop(&mut self) {
+        let output = self.run(&["down", "-v", "--timeout", "10"]);
+        if !output.status.success() {
+            eprintln!(
+                "compose down of {} failed: {}",
+                self.name,
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+    }
+}
+
+fn compose_file() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/compose/docker-compose.yml")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compose_file_brings_up_a_working_three_node_cluster() {
+    if std::env::var("TRIBUTARY_COMPOSE_CHECK").as_deref() != Ok("1") {
+        println!(
+            "compose test skipped: it needs the {IMAGE_DEFAULT} image; scripts/compose-check \
+             builds it and runs this test"
+        );
+        return;
+    }
+    let tool = compose_tool().expect("neither `docker compose` nor `docker-compose` answers");
+    let image = std::env::var("TRIBUTARY_IMAGE").unwrap_or_else(|_| IMAGE_DEFAULT.to_owned());
+    assert!(
+        image_exists(&image).await,
+        "image {image} is missing: build it with scripts/docker-image"
+    );
+    let seed = test_seed("compose");
+    // A subnet and host ports of this run's own, so a developer's cluster can keep running.
+    let subnet = format!("172.30.{}", 1 + seed % 250);
+    let port = free_port();
+    let project = Project {
+        tool,
+        file: compose_file(),
+        name: format!("tributary-compose-{}", seed % 1_000_000),
+        env: vec![
+            ("TRIBUTARY_IMAGE", image),
+            ("TRIBUTARY_COMPOSE_SUBNET", subnet),
+            ("TRIBUTARY_NODE1_PORT", port.to_string()),
+            ("TRIBUTARY_NODE2_PORT", free_port().to_string()),
+            ("TRIBUTARY_NODE3_PORT", free_port().to_string()),
+        ],
+    };
+    let up = project.run(&["up", "-d"]);
+    assert!(
+        up.status.success(),
+        "compose up failed: {}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let started = Instant::now();
+    let client = loop {
+        let up_nodes = match Client::connect(&endpoint).await {
+            Ok(client) => match client.cluster_status().await {
+                Ok(status) if status.controller_leader != 0 => {
+                    let up = status.nodes.iter().filter(|n| n.up).count();
+                    if up == 3 {
+                        break client;
+                    }
+                    format!("{up} nodes up")
+                }
+                Ok(_) => "no controller leader yet".to_owned(),
+                Err(err) => err.to_string(),
+            },
+            Err(err) => err.to_string(),
+        };
+        assert!(
+            started.elapsed() < CLUSTER_UP_TIMEOUT,
+            "the cluster is not up after {CLUSTER_UP_TIMEOUT:?} ({up_nodes}); logs:\n{}",
+            project.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    println!("three nodes up after {:?}", started.elapsed());
+
+    client
+        .create_replicated_event_hub("compose", PARTITIONS, None, Some(3))
+        .await
+        .unwrap_or_else(|e| panic!("create a hub with 3 replicas: {e}"));
+    for p in 0..PARTITIONS {
+        client
+            .producer()
+            .send(
+                "compose",
+                SendTarget::PartitionId(p.to_string()),
+                [EventData::from_body(format!("event {p}"))],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("send to partition {p}: {e}\n{}", project.logs()));
+    }
+    for p in 0..PARTITIONS {
+        let mut stream = client
+            .consumer()
+            .receive("compose", "", &p.to_string(), EventPosition::Earliest, 0)
+            .await
+            .unwrap_or_else(|e| panic!("read partition {p}: {e}"));
+        let batch = tokio::time::timeout(READ_TIMEOUT, stream.next())
+            .await
+            .unwrap_or_else(|_| panic!("no event from partition {p} in {READ_TIMEOUT:?}"))
+            .expect("stream open")
+            .unwrap_or_else(|e| panic!("read partition {p}: {e}"));
+        let bodies: Vec<String> = batch
+            .iter()
+            .map(|e| String::from_utf8_lossy(&e.body).into_owned())
+            .collect();
+        assert_eq!(bodies, [format!("event {p}")], "partition {p}");
+    }
+}
