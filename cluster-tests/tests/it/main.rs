@@ -26,6 +26,7 @@ mod receive_failover;
 mod rejoin;
 mod replication;
 mod retention;
+mod rolling_restart;
 mod sas_interop;
 mod script;
 mod signals;

@@ -1,0 +1,253 @@
+//! A rolling restart (each node in turn: drain, stop, start, wait ready, undrain, wait until
+//! the cluster is healthy) under continuous sends from a retrying idempotent producer: no
+//! send fails, and every acknowledged event is stored once, at the sequence number its
+//! acknowledgement gave.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::time::Instant;
+use tributary_client::{Client, EventData, EventPosition};
+use tributary_cluster_tests::{LocalCluster, TestDir};
+use tributary_proto::v1::ClusterStatus;
+
+const HUB: &str = "rolling";
+const PARTITIONS: u32 = 4;
+/// Events per send.
+const BATCH_EVENTS: usize = 3;
+/// An upper bound on the producer's sends, so a stuck stop flag cannot loop for ever.
+const SENDS_MAX: u64 = 1_000_000;
+/// How long the cluster may take to reach a state the test waits for.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
+const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// Sends the producer must complete in each phase, so every phase runs under load.
+const SENDS_PER_PHASE: u64 = 10;
+
+/// What the producer was told for one acknowledged send.
+struct Acknowledged {
+    partition: u32,
+    first_sequence_number: i64,
+    bodies: Vec<String>,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_under_continuous_sends_fails_no_send_and_loses_nothing() {
+    let dir = TestDir::new("rolling-restart");
+    let mut cluster = LocalCluster::start(dir.path(), 3).await;
+    let endpoints = cluster.endpoints();
+    let admin = Client::connect(&endpoints[0]).await.unwrap();
+    admin
+        .create_replicated_event_hub(HUB, PARTITIONS, None, Some(3))
+        .await
+        .unwrap();
+    await_status(
+        &admin,
+        "every partition led by its preferred replica",
+        healthy,
+    )
+    .await;
+
+    // The producer knows all three nodes, so no stopped node is a single point of failure;
+    // the SDK retries transient failures (leader moved, node gone) itself.
+    let client = Client::connect_any(&endpoints).await.unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (sent, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let producer = tokio::spawn({
+        let (stop, sent, failed) = (stop.clone(), sent.clone(), failed.clone());
+        let producer = client.idempotent_producer();
+        async move {
+            let mut acknowledged = Vec::new();
+            let mut send = 0u64;
+            while !stop.load(Ordering::Relaxed) && send < SENDS_MAX {
+                let partition = (send % u64::from(PARTITIONS)) as u32;
+                let bodies: Vec<String> =
+                    (0..BATCH_EVENTS).map(|e| format!("s{send}-e{e}")).collect();
+                let events = bodies.iter().map(|b| EventData::from_body(b.clone()));
+                match producer.send(HUB, &partition.to_string(), events).await {
+                    Ok(response) => {
+                        acknowledged.push(Acknowledged {
+                            partition,
+                            first_sequence_number: response.first_sequence_number,
+                            bodies,
+                        });
+                        sent.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(err) => {
+                        eprintln!("send {send} to partition {partition} failed: {err}");
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                send += 1;
+            }
+            acknowledged
+        }
+    });
+    let await_sends = |what: String| {
+        let sent = sent.clone();
+        async move {
+            let target = sent.load(Ordering::Relaxed) + SENDS_PER_PHASE;
+            let started = Instant::now();
+            while sent.load(Ordering::Relaxed) < target {
+                assert!(
+                    started.elapsed() < SETTLE_TIMEOUT,
+                    "the producer is stuck {what}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    await_sends("before the restarts".into()).await;
+
+    let started = Instant::now();
+    for index in 0..cluster.nodes.len() {
+        let id = index as u64 + 1;
+        // Ask a node that stays up about the cluster.
+        let admin = Client::connect(&endpoints[(index + 1) % endpoints.len()])
+            .await
+            .unwrap();
+        admin.drain_node(id, true).await.unwrap();
+        await_status(&admin, &format!("node {id} drained"), |status| {
+            drained(status, id)
+        })
+        .await;
+        await_sends(format!("with node {id} drained")).await;
+
+        let exit = cluster.nodes[index].terminate().await;
+        assert!(exit.success(), "node {id} did not stop cleanly: {exit}");
+        await_sends(format!("with node {id} stopped")).await;
+
+        cluster.nodes[index].restart().await;
+        admin.drain_node(id, false).await.unwrap();
+        await_status(&admin, &format!("cluster healthy after node {id}"), healthy).await;
+        await_sends(format!("after node {id} returned")).await;
+        println!(
+            "node {id} restarted; {:?} since the first drain",
+            started.elapsed()
+        );
+    }
+
+    stop.store(true, Ordering::Relaxed);
+    let acknowledged = producer.await.unwrap();
+    let failed = failed.load(Ordering::Relaxed);
+    println!(
+        "{} sends acknowledged, {failed} failed, rolling restart took {:?}",
+        acknowledged.len(),
+        started.elapsed()
+    );
+    assert_eq!(failed, 0, "a retrying producer saw failed sends");
+
+    // Idempotent sends: each partition holds exactly the acknowledged events, each at the
+    // sequence number its acknowledgement gave.
+    let mut expected: BTreeMap<u32, BTreeMap<i64, String>> = BTreeMap::new();
+    for send in &acknowledged {
+        let partition = expected.entry(send.partition).or_default();
+        for (i, body) in send.bodies.iter().enumerate() {
+            let sequence = send.first_sequence_number + i as i64;
+            let earlier = partition.insert(sequence, body.clone());
+            assert!(
+                earlier.is_none(),
+                "sequence {sequence} of partition {} was acknowledged twice: {earlier:?} and {body}",
+                send.partition
+            );
+        }
+    }
+    for partition in 0..PARTITIONS {
+        let expected = expected.remove(&partition).unwrap_or_default();
+        let stored = read_partition(&client, partition).await;
+        assert_eq!(
+            stored.len(),
+            expected.len(),
+            "partition {partition} must hold exactly the acknowledged events"
+        );
+        for (sequence, body) in &expected {
+            assert_eq!(
+                stored.get(sequence),
+                Some(body),
+                "partition {partition} sequence {sequence}"
+            );
+        }
+    }
+}
+
+/// Every event of `partition` from the earliest through the last enqueued, by sequence
+/// number.
+async fn read_partition(client: &Client, partition: u32) -> BTreeMap<i64, String> {
+    let partition_id = partition.to_string();
+    let last = client
+        .get_partition_properties(HUB, &partition_id)
+        .await
+        .unwrap()
+        .last_enqueued_sequence_number;
+    let mut events = BTreeMap::new();
+    if last < 0 {
+        return events;
+    }
+    let mut stream = client
+        .consumer()
+        .receive(HUB, "", &partition_id, EventPosition::Earliest, 0)
+        .await
+        .unwrap();
+    while events.last_key_value().is_none_or(|(s, _)| *s < last) {
+        let batch = tokio::time::timeout(SETTLE_TIMEOUT, stream.next())
+            .await
+            .expect("events arrive")
+            .expect("the stream stays open")
+            .unwrap();
+        for event in batch {
+            let body = String::from_utf8(event.body.to_vec()).unwrap();
+            let earlier = events.insert(event.sequence_number, body);
+            assert!(
+                earlier.is_none(),
+                "sequence {} read twice",
+                event.sequence_number
+            );
+        }
+    }
+    events
+}
+
+/// Node `id` is marked draining and no partition is led by it (each has another leader).
+fn drained(status: &ClusterStatus, id: u64) -> bool {
+    status
+        .nodes
+        .iter()
+        .any(|n| n.id == id && n.draining && n.leaders == 0)
+        && status
+            .partitions
+            .iter()
+            .all(|p| p.leader != 0 && p.leader != id)
+}
+
+/// Every node up and not draining, no partition under-replicated, and every partition led
+/// by its preferred (first) replica, where leadership settles.
+fn healthy(status: &ClusterStatus) -> bool {
+    status.nodes.iter().all(|n| n.up && !n.draining)
+        && status.under_replicated == 0
+        && status.partitions.len() == PARTITIONS as usize
+        && status
+            .partitions
+            .iter()
+            .all(|p| p.replicas.first().is_some_and(|r| r.node == p.leader))
+}
+
+/// Polls the cluster status (through `admin`) until `done` holds.
+async fn await_status(admin: &Client, what: &str, done: impl Fn(&ClusterStatus) -> bool) {
+    let started = Instant::now();
+    loop {
+        let status = admin.cluster_status().await;
+        if let Ok(status) = &status
+            && done(status)
+        {
+            println!("{what} after {:?}", started.elapsed());
+            return;
+        }
+        assert!(
+            started.elapsed() < SETTLE_TIMEOUT,
+            "{what} did not happen within {SETTLE_TIMEOUT:?}: {status:?}"
+        );
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
