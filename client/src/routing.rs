@@ -228,6 +228,13 @@ impl Routing {
                 Err(err) => err,
             };
             if !err.is_transient() || tokio::time::Instant::now() >= deadline {
+                if err.is_transient()
+                    && let Some(p) = partition
+                {
+                    // No retry left: the next call still goes where the error pointed,
+                    // not back to a leader known to be stale.
+                    self.learn_from(p, &err);
+                }
                 return Err(err);
             }
             if let Some(p) = &partition {
@@ -252,6 +259,26 @@ impl Routing {
             attempt += 1;
             let wait = err.retry_after().unwrap_or_else(|| backoff(attempt));
             tokio::time::sleep_until((tokio::time::Instant::now() + wait).min(deadline)).await;
+        }
+    }
+}
+
+impl Routing {
+    /// After a transient failure of a call for `partition`: its cached leader is stale;
+    /// a NOT_LEADER answer's hint becomes the leader to try next.
+    fn learn_from(&self, partition: PartitionKey, err: &ClientError) {
+        let mut leaders = self.inner.leaders.lock().expect("leaders lock");
+        match err {
+            ClientError::Service {
+                reason: ErrorReason::NotLeader,
+                leader_hint: Some(hint),
+                ..
+            } => {
+                leaders.insert(partition, normalize_hint(hint, &self.inner.base).into());
+            }
+            _ => {
+                leaders.remove(&partition);
+            }
         }
     }
 }
@@ -316,6 +343,60 @@ mod tests {
         let leader = routing.inner.leaders.lock().unwrap().get(&key).cloned();
         assert_eq!(leader.as_deref(), Some("http://b:2"));
         routing.forget_leader(&key);
+        assert!(routing.inner.leaders.lock().unwrap().get(&key).is_none());
+    }
+
+    /// With no retry time left, a call still learns from its failure: a NOT_LEADER hint
+    /// becomes the partition's leader, any other transient failure forgets the cached one.
+    #[tokio::test]
+    async fn a_failed_call_without_retries_learns_the_leader() {
+        let base: Arc<str> = "http://a:1".into();
+        let channel = make_channel(&base, &Authorizer::none(), &None).unwrap();
+        let routing = Routing::new(base, channel, Authorizer::none(), Duration::ZERO, None);
+        let key: PartitionKey = ("hub".into(), "0".into());
+        routing.remember_leader(key.clone(), "stale:1");
+        let tried = std::sync::Mutex::new(Vec::new());
+        let not_leader = |endpoint: Arc<str>| {
+            tried.lock().unwrap().push(endpoint.to_string());
+            async {
+                Err::<(), _>(ClientError::Service {
+                    code: tonic::Code::FailedPrecondition,
+                    reason: ErrorReason::NotLeader,
+                    message: "not leader".into(),
+                    retry_after: None,
+                    leader_hint: Some("b:2".into()),
+                })
+            }
+        };
+        let err = routing
+            .call(Some(key.clone()), |_, endpoint| not_leader(endpoint))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ClientError::Service { .. }));
+        assert_eq!(*tried.lock().unwrap(), ["http://stale:1"]);
+        let leader = routing.inner.leaders.lock().unwrap().get(&key).cloned();
+        assert_eq!(
+            leader.as_deref(),
+            Some("http://b:2"),
+            "the hint is the leader now"
+        );
+        let _ = routing
+            .call(Some(key.clone()), |_, endpoint| not_leader(endpoint))
+            .await;
+        assert_eq!(
+            tried.lock().unwrap()[1],
+            "http://b:2",
+            "the next call goes there"
+        );
+        // A transport failure forgets the leader.
+        let _ = routing
+            .call(Some(key.clone()), |_, endpoint| async move {
+                Err::<(), _>(ClientError::Transport {
+                    endpoint: endpoint.to_string(),
+                    message: "refused".into(),
+                })
+            })
+            .await;
         assert!(routing.inner.leaders.lock().unwrap().get(&key).is_none());
     }
 
