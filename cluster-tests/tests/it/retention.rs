@@ -193,8 +193,12 @@ async fn events_past_retention_leave_every_replica_and_the_disk() {
         .unwrap();
     println!("{new_batches} new batches sent");
 
-    // The space the old events took went back to the operating system on every node.
+    // The space the old events took went back to the operating system on every node: space
+    // returns a whole segment at a time, and the segment holding the last old events and
+    // the first new ones stays, so a node gets back between about half and two thirds of
+    // the expired bytes; at least 40 % is asked (without retention nothing comes back).
     let old_bytes = (OLD_EVENTS as u64) * BODY_BYTES as u64;
+    let returned_min = old_bytes * 2 / 5;
     let deadline = Instant::now() + TIMEOUT;
     loop {
         let after: Vec<u64> = cluster
@@ -205,14 +209,14 @@ async fn events_past_retention_leave_every_replica_and_the_disk() {
         let shrunk = before
             .iter()
             .zip(&after)
-            .all(|(b, a)| *a + old_bytes / 2 < *b);
+            .all(|(b, a)| *a + returned_min < *b);
         if shrunk {
             println!("data directories after retention: {after:?} bytes (before: {before:?})");
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "data directories did not shrink by half the expired events' {old_bytes} bytes: before {before:?}, after {after:?}"
+            "data directories did not shrink by 40 % of the expired events' {old_bytes} bytes: before {before:?}, after {after:?}"
         );
         tokio::time::sleep(POLL).await;
     }
@@ -235,7 +239,7 @@ async fn events_past_retention_leave_every_replica_and_the_disk() {
         let free = gauge("tributary_storage_disk_free_bytes");
         if let (Some(data), Some(free)) = (data, free)
             && data > 0.0
-            && (data as u64) + old_bytes / 2 < before[0]
+            && (data as u64) + returned_min < before[0]
         {
             assert!(free > 0.0);
             break;
