@@ -182,6 +182,33 @@ impl ClusterRuntime {
         m.current_leader.is_some() && m.current_leader == Some(m.id)
     }
 
+    /// On the controller leader: hands the controller's leadership to another voter that
+    /// is not draining and has everything, so a node about to stop does not leave the
+    /// controller leaderless for an election timeout. `Ok(None)`: not the leader, or no
+    /// voter has caught up yet.
+    pub async fn hand_over_controller(&self) -> Result<Option<u64>, String> {
+        let Some(raft) = self.controller() else {
+            return Ok(None);
+        };
+        let state = self.state();
+        let Some(me) = state.nodes.get(&self.me.id).map(NodeRecord::member) else {
+            return Ok(None);
+        };
+        let candidates: Vec<u64> = state
+            .controller_voters
+            .iter()
+            .filter(|v| **v != self.me.id)
+            .filter_map(|v| state.nodes.get(v))
+            .filter(|n| !n.draining)
+            .map(NodeRecord::member)
+            .collect();
+        let hibernation = self
+            .host
+            .hibernation(GroupId::CONTROLLER)
+            .unwrap_or_default();
+        tributary_raft::transfer_leadership(&raft, &hibernation, me, &candidates).await
+    }
+
     fn has_controller_state(&self) -> bool {
         matches!(
             self.controller_shard

@@ -1,11 +1,14 @@
 //! The HTTP port: `/healthz` (process alive), `/readyz` (every local partition led),
-//! `/metrics` (Prometheus text), and for testing only, with `TRIBUTARY_FAULT_HOOKS=1`,
+//! `/metrics` (Prometheus text), `POST /drain?timeout=30s` (from this machine only: drain for
+//! a restart, see `restart_drain.rs`), and for testing only, with `TRIBUTARY_FAULT_HOOKS=1`,
 //! `POST /debug/faults/crash-after-commit` (see `fault.rs`).
 
+use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -14,6 +17,50 @@ use tokio::sync::watch;
 
 use crate::broker::Broker;
 use crate::fault::FaultHooks;
+use crate::restart_drain::RestartDrain;
+
+/// How long `POST /drain` waits for leaderships to move unless told.
+const DRAIN_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+/// The longest wait `POST /drain` accepts.
+const DRAIN_TIMEOUT_MAX: Duration = Duration::from_secs(3600);
+
+#[derive(Clone)]
+struct HttpState {
+    broker: Arc<Broker>,
+    drain: Arc<RestartDrain>,
+}
+
+/// Both ends of an HTTP connection.
+#[derive(Clone, Copy, Debug)]
+struct Ends {
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TcpListener>> for Ends {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, TcpListener>) -> Self {
+        Ends {
+            peer: *stream.remote_addr(),
+            local: stream.io().local_addr().ok(),
+        }
+    }
+}
+
+impl Ends {
+    /// Whether the connection comes from this machine: from loopback, or from the address it
+    /// reached (the kernel picks the destination as the source of a connection to one of the
+    /// machine's own addresses: a node bound to its LAN address is drained through it).
+    fn is_local(&self) -> bool {
+        let peer = self.peer.ip().to_canonical();
+        peer.is_loopback() || self.local.is_some_and(|l| l.ip().to_canonical() == peer)
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct DrainQuery {
+    /// A duration as `30s` or `2m`.
+    timeout: Option<String>,
+}
 
 /// Histogram buckets of every `*_seconds` histogram: 100 µs to 10 s.
 const LATENCY_BUCKETS_SECONDS: &[f64] = &[
@@ -271,6 +318,7 @@ fn process_collector() -> &'static metrics_process::Collector {
 pub async fn serve(
     listener: TcpListener,
     broker: Arc<Broker>,
+    drain: Arc<RestartDrain>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let handle = metrics_handle();
@@ -279,6 +327,7 @@ pub async fn serve(
     let app = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .route("/drain", post(drain_for_restart))
         .route(
             "/metrics",
             get(move || async move {
@@ -292,8 +341,8 @@ pub async fn serve(
             "/debug/faults/crash-after-commit",
             post(|| async { arm_crash_after_commit(FaultHooks::global()) }),
         )
-        .with_state(broker);
-    let result = axum::serve(listener, app)
+        .with_state(HttpState { broker, drain });
+    let result = axum::serve(listener, app.into_make_service_with_connect_info::<Ends>())
         .with_graceful_shutdown(async move {
             let _ = shutdown.wait_for(|stop| *stop).await;
         })
@@ -303,7 +352,13 @@ pub async fn serve(
     }
 }
 
-async fn readyz(State(broker): State<Arc<Broker>>) -> (StatusCode, String) {
+async fn readyz(State(HttpState { broker, drain }): State<HttpState>) -> (StatusCode, String) {
+    if drain.is_active() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining for a restart: new clients go to other nodes\n".to_string(),
+        );
+    }
     if broker.runtime().state().cluster_id.is_empty() {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -327,6 +382,67 @@ async fn readyz(State(broker): State<Arc<Broker>>) -> (StatusCode, String) {
     (StatusCode::OK, "ready\n".to_string())
 }
 
+/// `POST /drain`: drains the node for a restart (200 when drained, 503 when leaderships
+/// were left at the timeout, both with a JSON report). Only from this machine: the port
+/// carries no credentials, so a drain must come from someone who can run commands here
+/// (in Kubernetes, the pod's own containers share its network namespace).
+async fn drain_for_restart(
+    State(HttpState { drain, .. }): State<HttpState>,
+    ConnectInfo(ends): ConnectInfo<Ends>,
+    Query(query): Query<DrainQuery>,
+) -> (
+    StatusCode,
+    [(axum::http::HeaderName, &'static str); 1],
+    String,
+) {
+    let text = [(
+        axum::http::header::CONTENT_TYPE,
+        "text/plain; charset=utf-8",
+    )];
+    let json = [(axum::http::header::CONTENT_TYPE, "application/json")];
+    if !ends.is_local() {
+        return (
+            StatusCode::FORBIDDEN,
+            text,
+            format!(
+                "a drain is accepted from this machine only, not from {}; run `tributary \
+                 drain` on the node's machine, or `tributary node drain` from anywhere\n",
+                ends.peer.ip()
+            ),
+        );
+    }
+    let timeout = match query.timeout.as_deref().map(humantime::parse_duration) {
+        None => DRAIN_TIMEOUT_DEFAULT,
+        Some(Ok(timeout)) if timeout <= DRAIN_TIMEOUT_MAX => timeout,
+        Some(Ok(timeout)) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                text,
+                format!("timeout {timeout:?} is longer than the most, {DRAIN_TIMEOUT_MAX:?}\n"),
+            );
+        }
+        Some(Err(err)) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                text,
+                format!("timeout must be a duration such as 30s or 2m: {err}\n"),
+            );
+        }
+    };
+    match drain.drain(timeout).await {
+        Ok(report) => {
+            let status = if report.drained {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            let body = serde_json::to_string(&report).expect("a report serializes");
+            (status, json, body + "\n")
+        }
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, text, format!("{why}\n")),
+    }
+}
+
 /// Arms the one-shot crash of the next send that commits here; 404 when hooks are off.
 fn arm_crash_after_commit(hooks: &FaultHooks) -> (StatusCode, String) {
     match hooks.arm_crash_after_commit() {
@@ -342,6 +458,28 @@ fn arm_crash_after_commit(hooks: &FaultHooks) -> (StatusCode, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn drains_are_accepted_from_this_machine_only() {
+        let ends = |peer: &str, local: &str| Ends {
+            peer: peer.parse().unwrap(),
+            local: Some(local.parse().unwrap()),
+        };
+        assert!(ends("127.0.0.1:5000", "127.0.0.1:7402").is_local());
+        assert!(ends("[::1]:5000", "[::1]:7402").is_local());
+        assert!(ends("[::ffff:127.0.0.1]:5000", "[::]:7402").is_local());
+        // A node bound to its LAN address, drained from its own machine.
+        assert!(ends("10.0.0.11:5000", "10.0.0.11:7402").is_local());
+        assert!(ends("[::ffff:10.0.0.11]:5000", "[::ffff:10.0.0.11]:7402").is_local());
+        // Another machine, or another pod through a Service.
+        assert!(!ends("10.0.0.12:5000", "10.0.0.11:7402").is_local());
+        assert!(!ends("172.17.0.1:5000", "0.0.0.0:7402").is_local());
+        let unknown_local = Ends {
+            peer: "10.0.0.11:5000".parse().unwrap(),
+            local: None,
+        };
+        assert!(!unknown_local.is_local());
+    }
 
     #[test]
     fn cpu_seconds_are_typed_as_a_counter_with_their_fraction() {

@@ -18,6 +18,7 @@ pub mod limits;
 pub mod partition;
 pub mod placement;
 pub mod readers;
+pub mod restart_drain;
 pub mod retention;
 pub mod root_connection_string;
 pub mod status;
@@ -316,7 +317,14 @@ impl Node {
                 stopped(shutdown_rx.clone()),
             )),
         });
-        let http = tokio::spawn(http::serve(http_listener, broker.clone(), shutdown_rx));
+        let drain = restart_drain::RestartDrain::new(broker.clone(), &config.data_dir);
+        tokio::spawn(drain.clone().end_after_restart());
+        let http = tokio::spawn(http::serve(
+            http_listener,
+            broker.clone(),
+            drain,
+            shutdown_rx,
+        ));
         tracing::info!(
             %client_addr,
             %http_addr,

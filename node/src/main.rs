@@ -26,6 +26,11 @@ enum Command {
     /// on the client port, mutual TLS on the peer port).
     #[command(subcommand)]
     Cert(tributary::cert::CertCommand),
+    /// Drain the node on this machine for a restart (from a Kubernetes preStop hook or
+    /// systemd's ExecStop): its partition leaderships, and the controller's, move to other
+    /// replicas and it reports itself not ready. It undrains itself when it next starts.
+    /// Returns when drained; fails if leaderships remain at the timeout.
+    Drain(tributary::restart_drain::DrainArgs),
     #[command(flatten)]
     Cli(CliCommand),
 }
@@ -46,6 +51,10 @@ fn main() -> std::process::ExitCode {
             Command::Cert(cert) => {
                 let json = args.globals.output == tributary_client::cli::OutputFormat::Json;
                 tributary::cert::run(cert, std::time::SystemTime::now(), json)
+            }
+            Command::Drain(drain) => {
+                let json = args.globals.output == tributary_client::cli::OutputFormat::Json;
+                tributary::restart_drain::run_command(drain, json).await
             }
             Command::Cli(cmd) => tributary_client::cli::run(args.globals, cmd).await,
         }

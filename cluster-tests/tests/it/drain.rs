@@ -139,3 +139,71 @@ async fn drain_moves_every_leader_away_without_failed_sends_and_undrain_brings_t
         .await
         .unwrap();
 }
+
+/// `tributary drain` (the preStop hook's drain) on a node an operator had drained with
+/// `node drain`: it reports that the drain does not end at the restart, and after the
+/// restart the node is still drained. The HTTP port refuses a bad timeout with a message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_drain_outlasts_a_restart_drain() {
+    let dir = TestDir::new("drain-operator");
+    let mut cluster = LocalCluster::start(dir.path(), 3).await;
+    let endpoints = cluster.endpoints();
+    let client = Client::connect(&endpoints[0]).await.unwrap();
+    client
+        .create_replicated_event_hub("held", 3, None, Some(3))
+        .await
+        .unwrap();
+    cli_ok(&endpoints[0], &["node", "drain", "2"]).await;
+    await_leaders(&client, "node 2 drained", |counts| {
+        counts.iter().any(|(id, l)| *id == 2 && *l == 0)
+    })
+    .await;
+
+    let http_addr = cluster.nodes[1].http_addr().to_string();
+    let refused = cli(
+        &endpoints[1],
+        &["drain", "--http-addr", &http_addr, "--timeout", "soon"],
+    )
+    .await;
+    assert!(!refused.status.success(), "{}", describe_output(&refused));
+    let bad =
+        tributary_cluster_tests::http_post(cluster.nodes[1].http_addr(), "/drain?timeout=soon")
+            .await
+            .unwrap();
+    assert_eq!(bad.status, 400, "{bad:?}");
+    assert!(bad.body.contains("such as 30s"), "{bad:?}");
+
+    let report = cli_ok(
+        &endpoints[1],
+        &["drain", "--http-addr", &http_addr, "--output", "json"],
+    )
+    .await;
+    let report: serde_json::Value = serde_json::from_str(report.trim()).unwrap();
+    assert_eq!(report["drained"], true, "{report}");
+    assert_eq!(report["ends_at_restart"], false, "{report}");
+    let text = cli_ok(&endpoints[1], &["drain", "--http-addr", &http_addr]).await;
+    assert!(
+        text.contains("stays drained until `tributary node undrain`"),
+        "{text}"
+    );
+    assert!(
+        !cluster.nodes[1]
+            .data_dir()
+            .join("drained-for-restart")
+            .exists(),
+        "no marker for an operator's drain"
+    );
+
+    let exit = cluster.nodes[1].terminate().await;
+    assert!(exit.success(), "{exit}");
+    cluster.nodes[1].restart().await;
+    let status = Client::connect(&endpoints[1])
+        .await
+        .unwrap()
+        .cluster_status()
+        .await
+        .unwrap();
+    let node = status.nodes.iter().find(|n| n.id == 2).unwrap();
+    assert!(node.up && node.draining, "still drained: {node:?}");
+    assert_eq!(node.leaders, 0, "{node:?}");
+}

@@ -1,7 +1,8 @@
-//! A rolling restart (each node in turn: drain, stop, start, wait ready, undrain, wait until
-//! the cluster is healthy) under continuous sends from a retrying idempotent producer: no
-//! send fails, and every acknowledged event is stored once, at the sequence number its
-//! acknowledgement gave.
+//! A rolling restart (each node in turn: `tributary drain` as a preStop hook runs it, stop,
+//! start, wait until the cluster is healthy) under continuous sends from a retrying
+//! idempotent producer: no send fails, and every acknowledged event is stored once, at the
+//! sequence number its acknowledgement gave. The drain ends by itself when the node starts
+//! again: nobody undrains it, yet its leaders return.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::time::Instant;
 use tributary_client::{Client, EventData, EventPosition};
-use tributary_cluster_tests::{LocalCluster, TestDir};
+use tributary_cluster_tests::{LocalCluster, TestDir, cli_ok, http_get};
 use tributary_proto::v1::ClusterStatus;
 
 const HUB: &str = "rolling";
@@ -22,6 +23,8 @@ const BATCH_EVENTS: usize = 3;
 const SENDS_MAX: u64 = 1_000_000;
 /// How long the cluster may take to reach a state the test waits for.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// The file a node drained for a restart keeps in its data directory until it starts again.
+const DRAIN_MARKER: &str = "drained-for-restart";
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// Sends the producer must complete in each phase, so every phase runs under load.
 const SENDS_PER_PHASE: u64 = 10;
@@ -108,11 +111,37 @@ async fn a_rolling_restart_under_continuous_sends_fails_no_send_and_loses_nothin
         let admin = Client::connect(&endpoints[(index + 1) % endpoints.len()])
             .await
             .unwrap();
-        admin.drain_node(id, true).await.unwrap();
+        // As the chart's preStop hook: on the node's machine, through its HTTP port.
+        let http_addr = cluster.nodes[index].http_addr().to_string();
+        let report = cli_ok(
+            &endpoints[index],
+            &[
+                "drain",
+                "--http-addr",
+                &http_addr,
+                "--timeout",
+                "30s",
+                "--output",
+                "json",
+            ],
+        )
+        .await;
+        let report: serde_json::Value = serde_json::from_str(report.trim()).unwrap();
+        assert_eq!(report["node_id"], id, "{report}");
+        assert_eq!(report["drained"], true, "{report}");
+        assert_eq!(report["ends_at_restart"], true, "{report}");
+        assert_eq!(report["leaders_movable"], 0, "{report}");
+        assert_eq!(report["controller_leader"], false, "{report}");
         await_status(&admin, &format!("node {id} drained"), |status| {
             drained(status, id)
         })
         .await;
+        let ready = http_get(cluster.nodes[index].http_addr(), "/readyz")
+            .await
+            .unwrap();
+        assert_eq!(ready.status, 503, "a drained node is not ready: {ready:?}");
+        let marker = cluster.nodes[index].data_dir().join(DRAIN_MARKER);
+        assert!(marker.exists(), "the drain leaves {}", marker.display());
         await_sends(format!("with node {id} drained")).await;
 
         let exit = cluster.nodes[index].terminate().await;
@@ -120,8 +149,17 @@ async fn a_rolling_restart_under_continuous_sends_fails_no_send_and_loses_nothin
         await_sends(format!("with node {id} stopped")).await;
 
         cluster.nodes[index].restart().await;
-        admin.drain_node(id, false).await.unwrap();
+        // No undrain: the node ends its drain itself once it has started.
         await_status(&admin, &format!("cluster healthy after node {id}"), healthy).await;
+        let removed = Instant::now();
+        while marker.exists() {
+            assert!(
+                removed.elapsed() < SETTLE_TIMEOUT,
+                "the restarted node did not remove {}",
+                marker.display()
+            );
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
         await_sends(format!("after node {id} returned")).await;
         println!(
             "node {id} restarted; {:?} since the first drain",
