@@ -76,7 +76,7 @@ pub async fn image_exists(image: &str) -> bool {
 }
 
 /// Runs a command, returning its trimmed stdout; an error carries its stderr.
-async fn run(program: &str, args: &[&str]) -> anyhow::Result<String> {
+pub async fn run(program: &str, args: &[&str]) -> anyhow::Result<String> {
     let output = tokio::time::timeout(
         COMMAND_TIMEOUT,
         Command::new(program).args(args).kill_on_drop(true).output(),
@@ -95,7 +95,8 @@ async fn run(program: &str, args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
-async fn docker(args: &[&str]) -> anyhow::Result<String> {
+/// Runs `docker` with `args`, returning its trimmed stdout; an error carries its stderr.
+pub async fn docker(args: &[&str]) -> anyhow::Result<String> {
     run("docker", args).await
 }
 
@@ -700,7 +701,9 @@ impl Drop for ContainerCluster {
 }
 
 /// Creates a bridge network on a free private /24 and returns its first three octets.
-async fn create_network(name: &str) -> anyhow::Result<[u8; 3]> {
+/// Creates a bridge network with a /24 subnet of its own; returns the subnet's first three
+/// octets.
+pub async fn create_network(name: &str) -> anyhow::Result<[u8; 3]> {
     let mut last_error = None;
     for _ in 0..SUBNET_ATTEMPTS_MAX {
         let subnet = [10, 213, rand::random::<u8>()];

@@ -222,16 +222,39 @@ impl Node {
                 ))
             }
         });
-        tracing::info!(%peer_addr, node_id = node_id.0, "joining the cluster");
-        runtime.run().await?;
-        let cluster_id = {
+        // HTTP first: /healthz answers while the node waits for its peers (a liveness probe
+        // must not kill a node that is only waiting), /readyz says it has not joined yet.
+        let drain = restart_drain::RestartDrain::new(broker.clone(), &config.data_dir);
+        let http = tokio::spawn(http::serve(
+            http_listener,
+            broker.clone(),
+            drain.clone(),
+            shutdown_rx.clone(),
+        ));
+        tracing::info!(%peer_addr, %http_addr, node_id = node_id.0, "joining the cluster");
+        let joined = async {
+            runtime.run().await?;
             let mut view = runtime.view();
-            view.wait_for(|s| !s.cluster_id.is_empty())
+            let cluster_id = view
+                .wait_for(|s| !s.cluster_id.is_empty())
                 .await?
                 .cluster_id
-                .clone()
+                .clone();
+            identity::record_cluster(&config.data_dir, &mut identity, &cluster_id)?;
+            anyhow::Ok(cluster_id)
         };
-        identity::record_cluster(&config.data_dir, &mut identity, &cluster_id)?;
+        let cluster_id = match joined.await {
+            Ok(cluster_id) => cluster_id,
+            Err(err) => {
+                // Nothing of a node that failed to start keeps serving.
+                let _ = shutdown.send(true);
+                runtime.stop();
+                http.abort();
+                peer_server.abort();
+                return Err(err);
+            }
+        };
+        tokio::spawn(drain.end_after_restart());
         tokio::spawn(broker.clone().run_reconciler());
         tokio::spawn(broker.clone().run_membership_reconciler());
         tokio::spawn(placement.clone().run());
@@ -317,14 +340,6 @@ impl Node {
                 stopped(shutdown_rx.clone()),
             )),
         });
-        let drain = restart_drain::RestartDrain::new(broker.clone(), &config.data_dir);
-        tokio::spawn(drain.clone().end_after_restart());
-        let http = tokio::spawn(http::serve(
-            http_listener,
-            broker.clone(),
-            drain,
-            shutdown_rx,
-        ));
         tracing::info!(
             %client_addr,
             %http_addr,

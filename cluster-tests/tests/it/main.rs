@@ -7,6 +7,7 @@ mod bench;
 mod bench_failover;
 mod capture;
 mod cert;
+mod chart;
 mod checkpoint_store;
 mod cli;
 mod compose;

@@ -21,10 +21,12 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A node told to expect three founding members waits for the other two for ever; SIGTERM
 /// (and SIGINT) then stop it with exit code 0 instead of killing it or going unheard.
+/// Meanwhile it is alive (`/healthz`, so a liveness probe leaves it be) but not ready.
 #[tokio::test]
 async fn a_signal_while_waiting_for_the_cluster_stops_the_node_cleanly() {
     let dir = TestDir::new("signal_while_starting");
     for signal in [Signal::SIGTERM, Signal::SIGINT] {
+        let http_addr = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
         let mut command = tributary_command();
         command
             .arg("serve")
@@ -33,7 +35,7 @@ async fn a_signal_while_waiting_for_the_cluster_stops_the_node_cleanly() {
             .arg("--client-addr")
             .arg(format!("127.0.0.1:{}", free_port()))
             .arg("--http-addr")
-            .arg(format!("127.0.0.1:{}", free_port()))
+            .arg(http_addr.to_string())
             .args(["--bootstrap-expect", "3"])
             .env(PEER_ADDR_ENV, format!("127.0.0.1:{}", free_port()))
             .stderr(Stdio::piped());
@@ -53,6 +55,11 @@ async fn a_signal_while_waiting_for_the_cluster_stops_the_node_cleanly() {
             Ok(true),
             "the node never logged that it is joining its cluster"
         );
+        let health = http_get(http_addr, "/healthz").await.unwrap();
+        assert_eq!(health.status, 200, "alive while joining: {health:?}");
+        let ready = http_get(http_addr, "/readyz").await.unwrap();
+        assert_eq!(ready.status, 503, "not ready before joining: {ready:?}");
+        assert!(ready.body.contains("not joined"), "{ready:?}");
         let pid = Pid::from_raw(child.id().expect("running") as i32);
         kill(pid, signal).expect("the node can be signalled");
         // Keep draining stderr so the node never blocks on a full pipe.

@@ -1,0 +1,762 @@
+//! The Helm chart matches the binary: the test renders the chart with its default values
+//! (TLS and authorization on), and starts its StatefulSet's three pods as containers of the
+//! project's image on a private Docker network, taking every container's command, args,
+//! environment, ports, volume mounts, probes and security settings from the rendered
+//! manifests, as a kubelet would:
+//!
+//! - `$(VAR)` references are expanded as Kubernetes does; downward-API values (pod name,
+//!   ordinal label, pod IP, namespace) and secret keys are substituted;
+//! - the certificate init container runs first, with the pod's volumes;
+//! - pods get their DNS names under the headless Service, and the client Service's name
+//!   resolves to every pod, as Network aliases;
+//! - volumes are host directories with Kubernetes' ownership and modes (`fsGroup`,
+//!   `defaultMode`); the root filesystem is read-only and every capability dropped.
+//!
+//! Then the cluster must form (every pod answers its probes' paths), serve (the chart's own
+//! helm test pod creates a hub, sends and reads back through the client Service name, over
+//! TLS with the root key), and a pod's preStop hook must drain it so that it stops cleanly
+//! and undrains itself when it starts again. The drain is refused from another machine.
+//!
+//! Needs Docker, the `tributary:test` image (`scripts/docker-image`) and helm (installed by
+//! `scripts/helm-check`), so it runs from `scripts/chart-check`, which sets
+//! `TRIBUTARY_CHART_CHECK=1`; without that variable it says so and passes at once.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde_norway::Value;
+use tokio::time::Instant;
+use tributary_cluster_tests::containers::{IMAGE_DEFAULT, create_network, docker, image_exists};
+use tributary_cluster_tests::{TestDir, binary_path, http_get, http_post};
+
+const RELEASE: &str = "tributary";
+const NAMESPACE: &str = "default";
+/// How long pods may take to pass their probes (the cluster forms meanwhile).
+const READY_TIMEOUT: Duration = Duration::from_secs(180);
+const POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// The rendered manifests.
+struct Rendered {
+    docs: Vec<Value>,
+}
+
+impl Rendered {
+    fn render(helm: &Path) -> Rendered {
+        let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../helm/tributary");
+        let output = std::process::Command::new(helm)
+            .args(["template", RELEASE])
+            .arg(&chart)
+            .args(["--namespace", NAMESPACE, "--kube-version", "1.32.0"])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", helm.display()));
+        assert!(
+            output.status.success(),
+            "helm template failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let text = String::from_utf8(output.stdout).unwrap();
+        let docs = serde_norway::Deserializer::from_str(&text)
+            .map(|doc| serde::Deserialize::deserialize(doc).expect("helm renders YAML"))
+            .filter(|doc: &Value| !doc.is_null())
+            .collect();
+        Rendered { docs }
+    }
+
+    fn of_kind(&self, kind: &str) -> impl Iterator<Item = &Value> {
+        self.docs.iter().filter(move |d| str_of(&d["kind"]) == kind)
+    }
+
+    fn named(&self, kind: &str, name: &str) -> Option<&Value> {
+        self.of_kind(kind)
+            .find(|d| str_of(&d["metadata"]["name"]) == name)
+    }
+}
+
+fn str_of(value: &Value) -> &str {
+    value.as_str().unwrap_or_default()
+}
+
+fn seq(value: &Value) -> &[Value] {
+    value.as_sequence().map(Vec::as_slice).unwrap_or_default()
+}
+
+/// Kubernetes' `$(VAR)` expansion: a reference to a variable defined before is replaced,
+/// `$$` is a literal `$`, anything else stays as written.
+fn expand(text: &str, env: &[(String, String)]) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        rest = &rest[at..];
+        if let Some(after) = rest.strip_prefix("$$") {
+            out.push('$');
+            rest = after;
+        } else if let Some(inner) = rest.strip_prefix("$(")
+            && let Some(end) = inner.find(')')
+            && let Some((_, value)) = env.iter().rev().find(|(k, _)| *k == inner[..end])
+        {
+            out.push_str(value);
+            rest = &inner[end + 1..];
+        } else {
+            out.push('$');
+            rest = &rest[1..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A Secret's keys, decoded.
+fn secret_data(secret: &Value) -> BTreeMap<String, Vec<u8>> {
+    let mut data = BTreeMap::new();
+    if let Some(map) = secret["data"].as_mapping() {
+        for (k, v) in map {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(str_of(v))
+                .expect("Secret data is base64");
+            data.insert(str_of(k).to_owned(), bytes);
+        }
+    }
+    if let Some(map) = secret["stringData"].as_mapping() {
+        for (k, v) in map {
+            data.insert(str_of(k).to_owned(), str_of(v).as_bytes().to_vec());
+        }
+    }
+    data
+}
+
+/// One pod of the StatefulSet (or the helm test pod), emulated.
+struct Pod {
+    name: String,
+    index: usize,
+    ip: Option<Ipv4Addr>,
+    /// Host directories of its volumes.
+    dir: PathBuf,
+}
+
+/// What the kubelet would do for the chart, with Docker.
+struct Kubelet {
+    rendered: Rendered,
+    image: String,
+    network: String,
+    /// Secrets the chart expects to exist (the CA), plus the rendered ones.
+    secrets: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
+    containers: Vec<String>,
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        for container in &self.containers {
+            let _ = std::process::Command::new("docker")
+                .args(["rm", "-f", "-v", container])
+                .output();
+        }
+        let _ = std::process::Command::new("docker")
+            .args(["network", "rm", &self.network])
+            .output();
+    }
+}
+
+impl Kubelet {
+    /// The pod spec's security context: the user and group it runs as, and `fsGroup`.
+    fn ids(pod_spec: &Value) -> (u32, u32, Option<u32>) {
+        let context = &pod_spec["securityContext"];
+        let id = |v: &Value| v.as_u64().map(|n| n as u32);
+        (
+            id(&context["runAsUser"]).unwrap_or(0),
+            id(&context["runAsGroup"]).unwrap_or(0),
+            id(&context["fsGroup"]),
+        )
+    }
+
+    /// The container's environment, as the kubelet resolves it for `pod`.
+    fn env(&self, container: &Value, pod: &Pod) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = Vec::new();
+        for var in seq(&container["env"]) {
+            let name = str_of(&var["name"]).to_owned();
+            let value = if let Some(value) = var["value"].as_str() {
+                expand(value, &env)
+            } else if let Some(path) = var["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+                match path {
+                    "metadata.name" => pod.name.clone(),
+                    "metadata.namespace" => NAMESPACE.to_owned(),
+                    "status.podIP" => pod.ip.expect("a pod IP").to_string(),
+                    "metadata.labels['apps.kubernetes.io/pod-index']" => pod.index.to_string(),
+                    "metadata.labels['statefulset.kubernetes.io/pod-name']" => pod.name.clone(),
+                    other => panic!(
+                        "env {name} uses fieldRef {other}, which this test does not emulate yet"
+                    ),
+                }
+            } else if let Some(reference) = var["valueFrom"]["secretKeyRef"].as_mapping() {
+                let secret = str_of(&reference[&Value::from("name")]);
+                let key = str_of(&reference[&Value::from("key")]);
+                let bytes = self
+                    .secrets
+                    .get(secret)
+                    .and_then(|s| s.get(key))
+                    .unwrap_or_else(|| panic!("env {name}: secret {secret} has no key {key}"));
+                String::from_utf8(bytes.clone()).unwrap()
+            } else {
+                panic!("env {name}: {var:?} is not emulated by this test");
+            };
+            env.push((name, value));
+        }
+        env
+    }
+
+    /// `docker` arguments for the container's volume mounts, making each volume's host
+    /// directory under the pod's directory (shared by the pod's containers, kept across
+    /// restarts) as Kubernetes would populate it.
+    fn mounts(
+        &self,
+        pod_spec: &Value,
+        claims: &[String],
+        container: &Value,
+        pod: &Pod,
+    ) -> Vec<String> {
+        let (user, _, fs_group) = Self::ids(pod_spec);
+        let group = fs_group.unwrap_or(0);
+        let mut args = Vec::new();
+        for mount in seq(&container["volumeMounts"]) {
+            let name = str_of(&mount["name"]);
+            let path = str_of(&mount["mountPath"]);
+            let host = pod.dir.join(format!("volume-{name}"));
+            if !host.exists() {
+                std::fs::create_dir_all(&host).unwrap();
+                let volume = seq(&pod_spec["volumes"])
+                    .iter()
+                    .find(|v| str_of(&v["name"]) == name);
+                match volume {
+                    // A persistent volume claim or an emptyDir: an empty directory the pod's
+                    // group may write.
+                    None if claims.iter().any(|c| c == name) => {
+                        own(&host, user, group, 0o2770);
+                    }
+                    None => panic!("volume mount {name} names no volume nor claim"),
+                    Some(volume) if !volume["emptyDir"].is_null() => {
+                        own(&host, user, group, 0o2770);
+                    }
+                    Some(volume) if !volume["configMap"].is_null() => {
+                        let map = str_of(&volume["configMap"]["name"]);
+                        let config = self
+                            .rendered
+                            .named("ConfigMap", map)
+                            .unwrap_or_else(|| panic!("no ConfigMap {map}"));
+                        for (key, value) in config["data"].as_mapping().unwrap() {
+                            let file = host.join(str_of(key));
+                            std::fs::write(&file, str_of(value)).unwrap();
+                            own(&file, 0, group, 0o644);
+                        }
+                        own(&host, 0, group, 0o755);
+                    }
+                    Some(volume) if !volume["secret"].is_null() => {
+                        let secret = &volume["secret"];
+                        let secret_name = str_of(&secret["secretName"]);
+                        let data = self
+                            .secrets
+                            .get(secret_name)
+                            .unwrap_or_else(|| panic!("no Secret {secret_name}"));
+                        let mode = secret["defaultMode"].as_u64().unwrap_or(0o644) as u32;
+                        let items: Vec<(String, String)> = if secret["items"].is_null() {
+                            data.keys().map(|k| (k.clone(), k.clone())).collect()
+                        } else {
+                            seq(&secret["items"])
+                                .iter()
+                                .map(|i| {
+                                    (str_of(&i["key"]).to_owned(), str_of(&i["path"]).to_owned())
+                                })
+                                .collect()
+                        };
+                        for (key, file) in items {
+                            let bytes = data
+                                .get(&key)
+                                .unwrap_or_else(|| panic!("Secret {secret_name} has no key {key}"));
+                            let file = host.join(file);
+                            std::fs::write(&file, bytes).unwrap();
+                            own(&file, 0, group, mode);
+                        }
+                        own(&host, 0, group, 0o755);
+                    }
+                    Some(other) => panic!("volume {other:?} is not emulated by this test"),
+                }
+            }
+            let read_only = mount["readOnly"].as_bool().unwrap_or(false);
+            args.push("--volume".to_owned());
+            args.push(format!(
+                "{}:{path}{}",
+                host.display(),
+                if read_only { ":ro" } else { "" }
+            ));
+        }
+        args
+    }
+
+    /// `docker run` arguments for a container of `pod_spec` (everything but the network).
+    fn run_args(
+        &self,
+        pod_spec: &Value,
+        claims: &[String],
+        container: &Value,
+        pod: &Pod,
+    ) -> Vec<String> {
+        let (user, group, fs_group) = Self::ids(pod_spec);
+        let mut args = vec!["--user".to_owned(), format!("{user}:{group}")];
+        if let Some(fs_group) = fs_group {
+            args.extend(["--group-add".to_owned(), fs_group.to_string()]);
+        }
+        let security = &container["securityContext"];
+        if security["readOnlyRootFilesystem"].as_bool() == Some(true) {
+            args.push("--read-only".to_owned());
+        }
+        if security["allowPrivilegeEscalation"].as_bool() == Some(false) {
+            args.extend(["--security-opt".to_owned(), "no-new-privileges".to_owned()]);
+        }
+        for capability in seq(&security["capabilities"]["drop"]) {
+            args.extend(["--cap-drop".to_owned(), str_of(capability).to_owned()]);
+        }
+        let env = self.env(container, pod);
+        for (name, value) in &env {
+            args.extend(["--env".to_owned(), format!("{name}={value}")]);
+        }
+        args.extend(self.mounts(pod_spec, claims, container, pod));
+        let command: Vec<String> = seq(&container["command"])
+            .iter()
+            .map(|c| expand(str_of(c), &env))
+            .collect();
+        if let Some(entrypoint) = command.first() {
+            args.extend(["--entrypoint".to_owned(), entrypoint.clone()]);
+        }
+        args.push(self.image_of(container));
+        args.extend(command.into_iter().skip(1));
+        args.extend(
+            seq(&container["args"])
+                .iter()
+                .map(|a| expand(str_of(a), &env)),
+        );
+        args
+    }
+
+    fn image_of(&self, container: &Value) -> String {
+        let image = str_of(&container["image"]);
+        assert_eq!(
+            image, IMAGE_DEFAULT,
+            "the chart's default image is the one scripts/docker-image builds"
+        );
+        self.image.clone()
+    }
+
+    /// Runs a container to completion (an init container, a test step); panics with its
+    /// output unless it exits 0. Returns its stdout.
+    async fn run_to_completion(&self, name: &str, network: &str, args: Vec<String>) -> String {
+        let mut all = vec![
+            "run".to_owned(),
+            "--rm".to_owned(),
+            "--name".to_owned(),
+            name.to_owned(),
+            "--network".to_owned(),
+            network.to_owned(),
+        ];
+        all.extend(args);
+        let output = tokio::process::Command::new("docker")
+            .args(&all)
+            .output()
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "container {name} failed ({}): stdout {stdout} stderr {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        stdout
+    }
+}
+
+/// Sets a path's owner and mode (the test runs as root, as the kubelet does).
+fn own(path: &Path, user: u32, group: u32, mode: u32) {
+    std::os::unix::fs::chown(path, Some(user), Some(group)).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// The container port a probe or Service names (by name or number).
+fn port_of(container: &Value, port: &Value) -> u16 {
+    if let Some(number) = port.as_u64() {
+        return number as u16;
+    }
+    let name = str_of(port);
+    seq(&container["ports"])
+        .iter()
+        .find(|p| str_of(&p["name"]) == name)
+        .and_then(|p| p["containerPort"].as_u64())
+        .unwrap_or_else(|| panic!("the container has no port named {name}")) as u16
+}
+
+/// Waits until `GET path` answers 200.
+async fn await_ok(addr: SocketAddr, path: &str, what: &str) {
+    let started = Instant::now();
+    loop {
+        let response = http_get(addr, path).await;
+        if response.as_ref().is_ok_and(|r| r.status == 200) {
+            return;
+        }
+        assert!(
+            started.elapsed() < READY_TIMEOUT,
+            "{what}: GET {addr}{path} did not answer 200 within {READY_TIMEOUT:?}: {response:?}"
+        );
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+async fn logs(container: &str) -> String {
+    let output = tokio::process::Command::new("docker")
+        .args(["logs", "--tail", "30", container])
+        .output()
+        .await
+        .unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+#[test]
+fn kubernetes_expansion_replaces_defined_variables_only() {
+    let env = vec![
+        ("POD_NAME".to_owned(), "t-0".to_owned()),
+        ("POD_INDEX".to_owned(), "0".to_owned()),
+    ];
+    assert_eq!(expand("1$(POD_INDEX)", &env), "10");
+    assert_eq!(
+        expand("$(POD_NAME).h.ns.svc:7401", &env),
+        "t-0.h.ns.svc:7401"
+    );
+    assert_eq!(
+        expand("$(MISSING)/$$(POD_NAME)/$", &env),
+        "$(MISSING)/$(POD_NAME)/$"
+    );
+    assert_eq!(expand("$(POD_NAME", &env), "$(POD_NAME");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rendered_statefulset_forms_a_cluster_that_serves_and_answers_its_probes() {
+    if std::env::var("TRIBUTARY_CHART_CHECK").as_deref() != Ok("1") {
+        println!(
+            "chart test skipped: it needs Docker, the {IMAGE_DEFAULT} image and helm; \
+             scripts/chart-check provides them and runs this test"
+        );
+        return;
+    }
+    let helm = std::env::var_os("TRIBUTARY_HELM").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/helm-tools/bin/helm"),
+        PathBuf::from,
+    );
+    assert!(
+        helm.exists(),
+        "{} is missing: scripts/helm-check installs it",
+        helm.display()
+    );
+    let image = std::env::var("TRIBUTARY_IMAGE").unwrap_or_else(|_| IMAGE_DEFAULT.to_owned());
+    assert!(
+        image_exists(&image).await,
+        "image {image} is missing: build it with scripts/docker-image"
+    );
+    let dir = TestDir::new("chart");
+    let rendered = Rendered::render(&helm);
+
+    let statefulset = rendered
+        .of_kind("StatefulSet")
+        .next()
+        .cloned()
+        .expect("the chart renders a StatefulSet");
+    let set_name = str_of(&statefulset["metadata"]["name"]).to_owned();
+    let spec = &statefulset["spec"];
+    let replicas = spec["replicas"].as_u64().expect("replicas") as usize;
+    assert_eq!(replicas, 3, "the default values run three nodes");
+    let headless = str_of(&spec["serviceName"]).to_owned();
+    let service = rendered
+        .named("Service", &headless)
+        .expect("the StatefulSet's headless Service is rendered");
+    assert_eq!(str_of(&service["spec"]["clusterIP"]), "None");
+    let pod_spec = &spec["template"]["spec"];
+    let pod_labels = spec["template"]["metadata"]["labels"].as_mapping().unwrap();
+    let claims: Vec<String> = seq(&spec["volumeClaimTemplates"])
+        .iter()
+        .map(|c| str_of(&c["metadata"]["name"]).to_owned())
+        .collect();
+    let [node] = seq(&pod_spec["containers"]) else {
+        panic!("one container per pod");
+    };
+    let grace = pod_spec["terminationGracePeriodSeconds"]
+        .as_u64()
+        .unwrap_or(30);
+
+    // Client Services that select the pods: their names resolve to every pod.
+    let mut service_names = Vec::new();
+    for service in rendered.of_kind("Service") {
+        let name = str_of(&service["metadata"]["name"]);
+        if name == headless {
+            continue;
+        }
+        let selector = service["spec"]["selector"].as_mapping().unwrap();
+        if selector.iter().all(|(k, v)| pod_labels.get(k) == Some(v)) {
+            for port in seq(&service["spec"]["ports"]) {
+                assert_eq!(
+                    port["port"].as_u64().map(|p| p as u16),
+                    Some(port_of(node, &port["targetPort"])),
+                    "Service {name} maps its port to another: names alone cannot emulate it"
+                );
+            }
+            service_names.extend([
+                name.to_owned(),
+                format!("{name}.{NAMESPACE}"),
+                format!("{name}.{NAMESPACE}.svc"),
+                format!("{name}.{NAMESPACE}.svc.cluster.local"),
+            ]);
+        }
+    }
+    assert!(
+        !service_names.is_empty(),
+        "a client Service selects the pods"
+    );
+
+    // The Secrets: the rendered ones, and the CA the chart expects the operator to create.
+    let mut secrets: BTreeMap<String, BTreeMap<String, Vec<u8>>> = rendered
+        .of_kind("Secret")
+        .map(|s| (str_of(&s["metadata"]["name"]).to_owned(), secret_data(s)))
+        .collect();
+    let ca_dir = dir.path().join("ca");
+    let made = std::process::Command::new(binary_path())
+        .args(["cert", "ca", "--out"])
+        .arg(&ca_dir)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    for volume in seq(&pod_spec["volumes"]) {
+        let name = str_of(&volume["secret"]["secretName"]);
+        if !name.is_empty() && !secrets.contains_key(name) {
+            let read = |f: &str| std::fs::read(ca_dir.join(f)).unwrap();
+            secrets.insert(
+                name.to_owned(),
+                BTreeMap::from([
+                    ("ca.pem".to_owned(), read("ca.pem")),
+                    ("ca.key".to_owned(), read("ca.key")),
+                ]),
+            );
+        }
+    }
+
+    let run_name = format!("chart-{:06x}", rand::random::<u32>() & 0xff_ffff);
+    let network = format!("{run_name}-net");
+    let subnet = create_network(&network).await.unwrap();
+    let mut kubelet = Kubelet {
+        rendered,
+        image,
+        network: network.clone(),
+        secrets,
+        containers: Vec::new(),
+    };
+    let pods: Vec<Pod> = (0..replicas)
+        .map(|index| Pod {
+            name: format!("{set_name}-{index}"),
+            index,
+            ip: Some(Ipv4Addr::new(
+                subnet[0],
+                subnet[1],
+                subnet[2],
+                10 + index as u8,
+            )),
+            dir: dir.path().join(format!("pod-{index}")),
+        })
+        .collect();
+    let container_name =
+        |pod: &Pod, container: &str| format!("{run_name}-{}-{container}", pod.name);
+
+    // Every pod: its init containers in order, then the node, as the StatefulSet's
+    // Parallel policy starts them.
+    for pod in &pods {
+        for init in seq(&pod_spec["initContainers"]) {
+            let name = container_name(pod, str_of(&init["name"]));
+            let args = kubelet.run_args(pod_spec, &claims, init, pod);
+            // Init containers share the pod's network; this one only writes files.
+            kubelet.run_to_completion(&name, "none", args).await;
+        }
+        let name = container_name(pod, "node");
+        let mut args = vec![
+            "run".to_owned(),
+            "--detach".to_owned(),
+            "--name".to_owned(),
+            name.clone(),
+            "--hostname".to_owned(),
+            pod.name.clone(),
+            "--network".to_owned(),
+            network.clone(),
+            "--ip".to_owned(),
+            pod.ip.unwrap().to_string(),
+            "--stop-timeout".to_owned(),
+            grace.to_string(),
+        ];
+        for alias in [
+            format!("{}.{headless}.{NAMESPACE}.svc", pod.name),
+            format!("{}.{headless}.{NAMESPACE}.svc.cluster.local", pod.name),
+        ]
+        .iter()
+        .chain(&service_names)
+        {
+            args.extend(["--network-alias".to_owned(), alias.clone()]);
+        }
+        args.extend(kubelet.run_args(pod_spec, &claims, node, pod));
+        kubelet.containers.push(name.clone());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        docker(&args).await.unwrap();
+    }
+
+    // The probes' paths, on the ports they name: startup and liveness (alive), then
+    // readiness (joined and serving), which needs the cluster to have formed.
+    for pod in &pods {
+        let name = container_name(pod, "node");
+        for probe in ["startupProbe", "livenessProbe", "readinessProbe"] {
+            let get = &node[probe]["httpGet"];
+            assert!(!get.is_null(), "{probe} is an HTTP GET");
+            let addr = SocketAddr::from((pod.ip.unwrap(), port_of(node, &get["port"])));
+            let started = Instant::now();
+            loop {
+                let response = http_get(addr, str_of(&get["path"])).await;
+                if response.as_ref().is_ok_and(|r| r.status == 200) {
+                    break;
+                }
+                assert!(
+                    started.elapsed() < READY_TIMEOUT,
+                    "{} {probe}: GET {addr}{} did not answer 200: {response:?}; log:\n{}",
+                    pod.name,
+                    str_of(&get["path"]),
+                    logs(&name).await
+                );
+                tokio::time::sleep(POLL_INTERVAL).await;
+            }
+        }
+        println!("{} ({}) passes its probes", pod.name, pod.ip.unwrap());
+    }
+
+    // The chart's helm test pod: create a hub, send, read back, through the client
+    // Service's name, over TLS with the root key. Its containers run in order.
+    let test_pod = kubelet
+        .rendered
+        .of_kind("Pod")
+        .find(|p| str_of(&p["metadata"]["annotations"]["helm.sh/hook"]) == "test")
+        .expect("the chart renders a helm test pod")
+        .clone();
+    let tester = Pod {
+        name: str_of(&test_pod["metadata"]["name"]).to_owned(),
+        index: 0,
+        ip: None,
+        dir: dir.path().join("helm-test"),
+    };
+    let test_spec = &test_pod["spec"];
+    let steps: Vec<Value> = seq(&test_spec["initContainers"])
+        .iter()
+        .chain(seq(&test_spec["containers"]))
+        .cloned()
+        .collect();
+    for step in &steps {
+        let name = container_name(&tester, str_of(&step["name"]));
+        let args = kubelet.run_args(test_spec, &[], step, &tester);
+        let out = kubelet.run_to_completion(&name, &network, args).await;
+        println!("helm test step {}: {}", str_of(&step["name"]), out.trim());
+    }
+
+    // The cluster as a client sees it, with the test pod's credentials: three nodes up,
+    // pod N as node 1N.
+    let cluster_status = || async {
+        let mut step = steps[0].clone();
+        step["name"] = Value::from("status");
+        step["args"] = Value::from(vec!["cluster", "status", "--output", "json"]);
+        let name = container_name(&tester, &format!("status-{:04x}", rand::random::<u16>()));
+        let args = kubelet.run_args(test_spec, &[], &step, &tester);
+        let out = kubelet.run_to_completion(&name, &network, args).await;
+        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
+    };
+    let status = cluster_status().await;
+    let mut ids: Vec<u64> = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["up"] == true)
+        .map(|n| n["id"].as_u64().unwrap())
+        .collect();
+    ids.sort();
+    assert_eq!(ids, vec![10, 11, 12], "{status}");
+
+    // The preStop hook drains pod 0 for its restart; from another machine (this host) a
+    // drain is refused.
+    let pod = &pods[0];
+    let name = container_name(pod, "node");
+    let http = SocketAddr::from((pod.ip.unwrap(), port_of(node, &Value::from("http"))));
+    let refused = http_post(http, "/drain").await.unwrap();
+    assert_eq!(refused.status, 403, "{refused:?}");
+    let hook: Vec<String> = seq(&node["lifecycle"]["preStop"]["exec"]["command"])
+        .iter()
+        .map(|c| str_of(c).to_owned())
+        .collect();
+    assert!(!hook.is_empty(), "the node has a preStop exec hook");
+    let mut exec = vec!["exec".to_owned(), name.clone()];
+    exec.extend(hook);
+    let exec: Vec<&str> = exec.iter().map(String::as_str).collect();
+    let drained = docker(&exec).await.unwrap();
+    assert!(drained.contains("is drained"), "{drained}");
+    assert!(
+        drained.contains("undrains itself when it next starts"),
+        "{drained}"
+    );
+    let ready = http_get(http, "/readyz").await.unwrap();
+    assert_eq!(ready.status, 503, "a drained pod is not ready: {ready:?}");
+
+    // SIGTERM (as the kubelet sends after the hook): a clean stop within the grace period.
+    docker(&["stop", "--time", &grace.to_string(), &name])
+        .await
+        .unwrap();
+    let exit = docker(&["inspect", "--format", "{{.State.ExitCode}}", &name])
+        .await
+        .unwrap();
+    assert_eq!(
+        exit,
+        "0",
+        "the drained node stops cleanly: {}",
+        logs(&name).await
+    );
+
+    // Back with the same volumes: ready again, and no longer drained.
+    docker(&["start", &name]).await.unwrap();
+    let readiness = &node["readinessProbe"]["httpGet"];
+    await_ok(
+        SocketAddr::from((pod.ip.unwrap(), port_of(node, &readiness["port"]))),
+        str_of(&readiness["path"]),
+        "pod 0 after its restart",
+    )
+    .await;
+    let started = Instant::now();
+    loop {
+        let status = cluster_status().await;
+        let node10 = status["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["id"] == 10)
+            .cloned()
+            .unwrap();
+        if node10["up"] == true && node10["draining"] == false {
+            break;
+        }
+        assert!(
+            started.elapsed() < READY_TIMEOUT,
+            "pod 0 did not undrain itself after its restart: {node10}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    println!("pod 0 drained, stopped, restarted and undrained itself");
+}
