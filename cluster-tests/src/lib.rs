@@ -12,6 +12,7 @@ pub mod nemesis;
 mod node_process;
 pub mod prometheus_tools;
 pub mod python_tools;
+mod raw;
 mod seed;
 mod test_dir;
 mod tls;
@@ -23,6 +24,7 @@ pub use binary::{
 pub use cluster::LocalCluster;
 pub use http::{HttpResponse, http_get, http_post};
 pub use node_process::{AUTH_ENV, NodePorts, NodeProcess, PEER_ADDR_ENV, READY_TIMEOUT, free_port};
+pub use raw::{RawCodec, root_connection_string};
 pub use seed::test_seed;
 pub use test_dir::TestDir;
 pub use tls::{NodeCert, TestCa};

@@ -102,7 +102,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub partitions_per_hub_max: Option<u16>,
     /// Entries after which each partition records a snapshot point (cheap: the log is the
-    /// data). [env: TRIBUTARY_RAFT_SNAPSHOT_ENTRIES] [default: 10000]
+    /// data), and the controller stores its state (a restart re-applies the entries after
+    /// it). [env: TRIBUTARY_RAFT_SNAPSHOT_ENTRIES] [default: 10000]
     #[arg(long)]
     pub raft_snapshot_entries: Option<u64>,
     /// Entries before the latest snapshot point that leaders still send as log to a

@@ -28,6 +28,8 @@ const DRAIN_TIMEOUT_MAX: Duration = Duration::from_secs(3600);
 struct HttpState {
     broker: Arc<Broker>,
     drain: Arc<RestartDrain>,
+    /// Set once the node has joined its cluster and started serving clients.
+    started: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Both ends of an HTTP connection.
@@ -319,6 +321,7 @@ pub async fn serve(
     listener: TcpListener,
     broker: Arc<Broker>,
     drain: Arc<RestartDrain>,
+    started: Arc<std::sync::atomic::AtomicBool>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let handle = metrics_handle();
@@ -341,7 +344,11 @@ pub async fn serve(
             "/debug/faults/crash-after-commit",
             post(|| async { arm_crash_after_commit(FaultHooks::global()) }),
         )
-        .with_state(HttpState { broker, drain });
+        .with_state(HttpState {
+            broker,
+            drain,
+            started,
+        });
     let result = axum::serve(listener, app.into_make_service_with_connect_info::<Ends>())
         .with_graceful_shutdown(async move {
             let _ = shutdown.wait_for(|stop| *stop).await;
@@ -352,7 +359,19 @@ pub async fn serve(
     }
 }
 
-async fn readyz(State(HttpState { broker, drain }): State<HttpState>) -> (StatusCode, String) {
+async fn readyz(
+    State(HttpState {
+        broker,
+        drain,
+        started,
+    }): State<HttpState>,
+) -> (StatusCode, String) {
+    if !started.load(std::sync::atomic::Ordering::Acquire) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not joined to a cluster yet: starting\n".to_string(),
+        );
+    }
     if drain.is_active() {
         return (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -225,10 +225,12 @@ impl Node {
         // HTTP first: /healthz answers while the node waits for its peers (a liveness probe
         // must not kill a node that is only waiting), /readyz says it has not joined yet.
         let drain = restart_drain::RestartDrain::new(broker.clone(), &config.data_dir);
+        let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let http = tokio::spawn(http::serve(
             http_listener,
             broker.clone(),
             drain.clone(),
+            started.clone(),
             shutdown_rx.clone(),
         ));
         tracing::info!(%peer_addr, %http_addr, node_id = node_id.0, "joining the cluster");
@@ -349,6 +351,7 @@ impl Node {
             data_dir = %config.data_dir.display(),
             "tributary node started"
         );
+        started.store(true, std::sync::atomic::Ordering::Release);
         Ok(Node {
             client_addr,
             http_addr,

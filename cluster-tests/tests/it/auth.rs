@@ -2,18 +2,13 @@
 //! connection string, and the CLI works with `--connection-string` or
 //! `TRIBUTARY_CONNECTION_STRING`, and without one is refused.
 
-use std::path::Path;
 use std::process::Output;
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tributary_cluster_tests::{
-    CLI_TIMEOUT, NodeProcess, TestDir, describe_output, http_get, output_within, tributary_command,
+    CLI_TIMEOUT, NodeProcess, TestDir, describe_output, http_get, output_within,
+    root_connection_string, tributary_command,
 };
-
-/// How long a new node may take to write its root connection string.
-const ROOT_FILE_TIMEOUT: Duration = Duration::from_secs(30);
-const ROOT_FILE_POLL_INTERVAL: Duration = Duration::from_millis(50);
 
 /// `tributary [--endpoint <endpoint>] <args>` with `env` set.
 async fn cli(endpoint: &str, env: &[(&str, &str)], args: &[&str]) -> Output {
@@ -49,32 +44,6 @@ async fn cli_refused(endpoint: &str, env: &[(&str, &str)], args: &[&str], expect
         args.join(" "),
         describe_output(&output)
     );
-}
-
-/// The file's text once the node has written it (the root rule is made after the node is
-/// ready to serve, so the test waits for the file).
-async fn root_connection_string(data_dir: &Path) -> String {
-    let path = data_dir.join("root-connection-string");
-    let deadline = Instant::now() + ROOT_FILE_TIMEOUT;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(&path) {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
-            assert_eq!(
-                mode & 0o777,
-                0o600,
-                "{} is readable by others",
-                path.display()
-            );
-            return text.trim().to_owned();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} not written within {ROOT_FILE_TIMEOUT:?}",
-            path.display()
-        );
-        tokio::time::sleep(ROOT_FILE_POLL_INTERVAL).await;
-    }
 }
 
 #[tokio::test]

@@ -18,19 +18,20 @@ use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes};
+use bytes::Bytes;
 use futures::StreamExt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::Channel;
 use tributary_client::{
     Client, ConnectOptions, ConnectionString, EventData, EventPosition, SendTarget,
 };
-use tributary_cluster_tests::{NodeProcess, TestDir, http_get, test_seed};
+use tributary_cluster_tests::{
+    NodeProcess, RawCodec, TestDir, http_get, root_connection_string, test_seed,
+};
 
 /// One gRPC method: its path and whether the server streams replies.
 #[derive(Debug, Clone)]
@@ -67,45 +68,6 @@ fn proto_file(relative: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../proto/proto")
         .join(relative)
-}
-
-/// Sends and receives message bodies as they are: the fuzzer writes the bytes a protobuf
-/// encoder would have.
-#[derive(Debug, Clone, Copy, Default)]
-struct RawCodec;
-
-impl Codec for RawCodec {
-    type Encode = Bytes;
-    type Decode = Bytes;
-    type Encoder = RawCodec;
-    type Decoder = RawCodec;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        RawCodec
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        RawCodec
-    }
-}
-
-impl Encoder for RawCodec {
-    type Item = Bytes;
-    type Error = tonic::Status;
-
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Self::Error> {
-        dst.put(item);
-        Ok(())
-    }
-}
-
-impl Decoder for RawCodec {
-    type Item = Bytes;
-    type Error = tonic::Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Self::Error> {
-        Ok(Some(src.copy_to_bytes(src.remaining())))
-    }
 }
 
 /// Values that reach the node's code paths: names that exist, names at and past the limits,
@@ -280,19 +242,6 @@ fn random_token(rng: &mut StdRng, valid: &str) -> Option<String> {
             Some(String::from_utf8(bytes).unwrap())
         }
         _ => Some(valid.to_owned()),
-    }
-}
-
-/// The root rule's connection string, once the node has written it.
-async fn root_connection_string(data_dir: &Path) -> String {
-    let path = data_dir.join("root-connection-string");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(text) = std::fs::read_to_string(&path) {
-            return text.trim().to_owned();
-        }
-        assert!(Instant::now() < deadline, "{} not written", path.display());
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

@@ -11,6 +11,7 @@ mod chart;
 mod checkpoint_store;
 mod cli;
 mod compose;
+mod controller_restart;
 mod crash;
 mod data_dir;
 mod drain;

@@ -89,20 +89,6 @@ impl ControllerStateMachine {
     pub fn store(&self) -> &ConsumerStore {
         &self.applied.store
     }
-
-    async fn persist(&self, durability: Durability) -> io::Result<()> {
-        self.shard
-            .write(
-                vec![Mutation::PutMeta {
-                    group: GroupId::CONTROLLER,
-                    key: MetaKey::Applied,
-                    value: encode(&self.applied)?,
-                }],
-                durability,
-            )
-            .await?;
-        Ok(())
-    }
 }
 
 impl RaftStateMachine<TypeConfig> for ControllerStateMachine {
@@ -153,8 +139,9 @@ impl RaftStateMachine<TypeConfig> for ControllerStateMachine {
                 responders.push((responder, result));
             }
         }
-        // Lazy: rebuilt by re-applying the durable log after a crash.
-        self.persist(Durability::Lazy).await?;
+        // Not written here: the applied state is stored with each snapshot point (every
+        // `snapshot_entries` entries), and a restart re-applies the durable log after it.
+        // Writing the whole state (every checkpoint) per batch cost O(state) per commit.
         if state_changed {
             self.view.send_replace(Arc::new(self.applied.state.clone()));
         }
@@ -181,8 +168,7 @@ impl RaftStateMachine<TypeConfig> for ControllerStateMachine {
         applied.last_applied = meta.last_log_id;
         applied.membership = meta.last_membership.clone();
         self.applied = applied;
-        self.persist(Durability::Immediate).await?;
-        store_snapshot(&self.shard, meta, snapshot.get_ref()).await?;
+        store_snapshot(&self.shard, meta, snapshot.get_ref(), &self.applied).await?;
         self.view.send_replace(Arc::new(self.applied.state.clone()));
         Ok(())
     }
@@ -200,14 +186,29 @@ impl RaftStateMachine<TypeConfig> for ControllerStateMachine {
     }
 }
 
-async fn store_snapshot(shard: &Shard, meta: &SnapshotMeta, payload: &[u8]) -> io::Result<()> {
+/// Records a snapshot point and the applied state there in one durable write: a start
+/// loads that state and re-applies the log after it (entries after a snapshot point are
+/// never purged).
+async fn store_snapshot(
+    shard: &Shard,
+    meta: &SnapshotMeta,
+    payload: &[u8],
+    applied: &ControllerApplied,
+) -> io::Result<()> {
     shard
         .write(
-            vec![Mutation::PutMeta {
-                group: GroupId::CONTROLLER,
-                key: MetaKey::Snapshot,
-                value: encode(&(meta, payload))?,
-            }],
+            vec![
+                Mutation::PutMeta {
+                    group: GroupId::CONTROLLER,
+                    key: MetaKey::Snapshot,
+                    value: encode(&(meta, payload))?,
+                },
+                Mutation::PutMeta {
+                    group: GroupId::CONTROLLER,
+                    key: MetaKey::Applied,
+                    value: encode(applied)?,
+                },
+            ],
             Durability::Immediate,
         )
         .await?;
@@ -229,7 +230,7 @@ impl RaftSnapshotBuilder<TypeConfig> for ControllerSnapshotBuilder {
             last_membership: self.applied.membership.clone(),
         };
         let payload = encode(&self.applied)?.to_vec();
-        store_snapshot(&self.shard, &meta, &payload).await?;
+        store_snapshot(&self.shard, &meta, &payload, &self.applied).await?;
         Ok(Snapshot {
             meta,
             snapshot: SnapshotData::new(payload),

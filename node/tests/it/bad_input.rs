@@ -2,9 +2,8 @@
 
 use std::time::Duration;
 
-use bytes::{Buf, BufMut};
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tributary_client::{ClientError, ErrorReason, EventData, EventPosition, SendTarget};
+use tributary_cluster_tests::RawCodec;
 use tributary_proto::v1 as pb;
 use tributary_proto::v1::management_client::ManagementClient;
 use tributary_proto::v1::producer_client::ProducerClient;
@@ -249,7 +248,7 @@ async fn malformed_requests_get_an_error_and_the_node_keeps_serving() {
     let garbage = vec![0x0f, 0xff, 0xff, 0xff, 0x01];
     let status = grpc
         .unary(
-            tonic::Request::new(garbage),
+            tonic::Request::new(bytes::Bytes::from(garbage)),
             http::uri::PathAndQuery::from_static("/tributary.v1.Producer/Send"),
             RawCodec,
         )
@@ -292,7 +291,7 @@ async fn requests_over_the_size_limit_are_refused_with_the_sizes() {
     huge.resize(4 + (1 << 20), b'a');
     let status = grpc
         .unary(
-            tonic::Request::new(huge),
+            tonic::Request::new(bytes::Bytes::from(huge)),
             http::uri::PathAndQuery::from_static("/tributary.v1.Management/GetEventHub"),
             RawCodec,
         )
@@ -304,40 +303,4 @@ async fn requests_over_the_size_limit_are_refused_with_the_sizes() {
         "{status:?}"
     );
     still_serving(&node).await;
-}
-
-/// Sends and receives raw bytes, to put malformed messages on the wire.
-#[derive(Clone, Copy)]
-struct RawCodec;
-
-impl Codec for RawCodec {
-    type Encode = Vec<u8>;
-    type Decode = Vec<u8>;
-    type Encoder = RawCodec;
-    type Decoder = RawCodec;
-    fn encoder(&mut self) -> Self::Encoder {
-        RawCodec
-    }
-    fn decoder(&mut self) -> Self::Decoder {
-        RawCodec
-    }
-}
-
-impl Encoder for RawCodec {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
-        dst.put_slice(&item);
-        Ok(())
-    }
-}
-
-impl Decoder for RawCodec {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, tonic::Status> {
-        let mut out = vec![0; src.remaining()];
-        src.copy_to_slice(&mut out);
-        Ok(Some(out))
-    }
 }

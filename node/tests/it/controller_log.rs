@@ -29,7 +29,7 @@ fn segment_ids(data_dir: &Path) -> Vec<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkpoints_do_not_keep_segment_files_alive() {
-    const SEGMENT_BYTES: u64 = 64 * 1024;
+    const SEGMENT_BYTES: u64 = 16 * 1024;
     /// Without the deletion, every segment the test writes (30 or more) stays.
     const SEGMENTS_LEFT_MAX: usize = 8;
     let node = TestNode::start_with(|config| {
@@ -44,8 +44,8 @@ async fn checkpoints_do_not_keep_segment_files_alive() {
         .await
         .unwrap();
     let store = ClusterCheckpointStore::new(&node.client);
-    // Eight writers, one per partition: about 2 MB of controller log in all, some 30
-    // segment files' worth.
+    // Eight writers, one per partition: about 0.5 MB of controller log in all (some 110
+    // bytes per update), some 30 segment files' worth.
     let writers = (0..8).map(|partition| {
         let store = store.clone();
         tokio::spawn(async move {
@@ -69,7 +69,7 @@ async fn checkpoints_do_not_keep_segment_files_alive() {
     }
     // The first segment holds the hub's first entries and stays. Of the rest, only the
     // newest few may: the controller's entries since its last snapshot and the kept ones
-    // behind it (up to 150 entries, some 80 KiB), and those not yet covered by a storage
+    // behind it (up to 150 entries, some 16 KiB), and those not yet covered by a storage
     // checkpoint (each second). The controller's purged entries free all older ones.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
