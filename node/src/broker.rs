@@ -232,10 +232,14 @@ impl Broker {
                     self.clock.clone(),
                 )
                 .await?;
-                self.partitions
+                let replaced = self
+                    .partitions
                     .write()
                     .expect("partitions lock")
                     .insert(group, Arc::new(partition));
+                if let Some(replaced) = replaced {
+                    replaced.mark_stopped();
+                }
             }
         }
         let gone: Vec<GroupId> = self
@@ -279,7 +283,8 @@ impl Broker {
             .write()
             .expect("partitions lock")
             .remove(&group);
-        if running.is_some() {
+        if let Some(partition) = running {
+            partition.mark_stopped();
             self.runtime.host().stop(group).await;
         }
         self.shard_for(group)
@@ -831,7 +836,16 @@ impl Broker {
 
     /// Stops every group this node runs.
     pub async fn shutdown(&self) {
-        self.partitions.write().expect("partitions lock").clear();
+        let stopped: Vec<_> = self
+            .partitions
+            .write()
+            .expect("partitions lock")
+            .drain()
+            .map(|(_, partition)| partition)
+            .collect();
+        for partition in stopped {
+            partition.mark_stopped();
+        }
         self.runtime.host().stop_all().await;
     }
 }

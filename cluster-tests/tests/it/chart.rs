@@ -396,18 +396,22 @@ fn port_of(container: &Value, port: &Value) -> u16 {
         .unwrap_or_else(|| panic!("the container has no port named {name}")) as u16
 }
 
-/// Waits until `GET path` answers 200.
-async fn await_ok(addr: SocketAddr, path: &str, what: &str) {
+/// Waits until `GET path` answers 200; panics with the container's last log lines if it
+/// does not within [`READY_TIMEOUT`].
+async fn await_ok(addr: SocketAddr, path: &str, what: &str, container: &str) {
     let started = Instant::now();
     loop {
         let response = http_get(addr, path).await;
         if response.as_ref().is_ok_and(|r| r.status == 200) {
             return;
         }
-        assert!(
-            started.elapsed() < READY_TIMEOUT,
-            "{what}: GET {addr}{path} did not answer 200 within {READY_TIMEOUT:?}: {response:?}"
-        );
+        if started.elapsed() >= READY_TIMEOUT {
+            panic!(
+                "{what}: GET {addr}{path} did not answer 200 within {READY_TIMEOUT:?}: \
+                 {response:?}; log:\n{}",
+                logs(container).await
+            );
+        }
         tokio::time::sleep(POLL_INTERVAL).await;
     }
 }
@@ -624,21 +628,8 @@ async fn the_rendered_statefulset_forms_a_cluster_that_serves_and_answers_its_pr
             let get = &node[probe]["httpGet"];
             assert!(!get.is_null(), "{probe} is an HTTP GET");
             let addr = SocketAddr::from((pod.ip.unwrap(), port_of(node, &get["port"])));
-            let started = Instant::now();
-            loop {
-                let response = http_get(addr, str_of(&get["path"])).await;
-                if response.as_ref().is_ok_and(|r| r.status == 200) {
-                    break;
-                }
-                assert!(
-                    started.elapsed() < READY_TIMEOUT,
-                    "{} {probe}: GET {addr}{} did not answer 200: {response:?}; log:\n{}",
-                    pod.name,
-                    str_of(&get["path"]),
-                    logs(&name).await
-                );
-                tokio::time::sleep(POLL_INTERVAL).await;
-            }
+            let what = format!("{} {probe}", pod.name);
+            await_ok(addr, str_of(&get["path"]), &what, &name).await;
         }
         println!("{} ({}) passes its probes", pod.name, pod.ip.unwrap());
     }
@@ -737,6 +728,7 @@ async fn the_rendered_statefulset_forms_a_cluster_that_serves_and_answers_its_pr
         SocketAddr::from((pod.ip.unwrap(), port_of(node, &readiness["port"]))),
         str_of(&readiness["path"]),
         "pod 0 after its restart",
+        &name,
     )
     .await;
     let started = Instant::now();

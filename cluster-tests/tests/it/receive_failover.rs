@@ -149,3 +149,100 @@ async fn receive_batch(
         served_by.push(endpoint);
     }
 }
+
+/// A receive stream whose partition replica moves off the node serving it (the node is
+/// decommissioned) is resumed where the partition is now: the stream on the removed replica
+/// ends instead of waiting for events that never reach it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_stream_resumes_when_its_replica_moves_away() {
+    const MOVE_TIMEOUT: Duration = Duration::from_secs(60);
+    const SENDS: usize = 20;
+    let dir = TestDir::new("receive-moved");
+    let cluster = LocalCluster::start(dir.path(), 4).await;
+    let endpoints = cluster.endpoints();
+    let admin = Client::connect(&endpoints[0]).await.unwrap();
+    admin
+        .create_replicated_event_hub(HUB, 1, None, Some(3))
+        .await
+        .unwrap();
+    let leader = cluster.partition_leader(HUB, PARTITION).await;
+    let leader_id = leader as u64 + 1;
+    let other = &endpoints[(leader + 1) % endpoints.len()];
+
+    let reader = Client::connect(other).await.unwrap();
+    let mut stream = reader
+        .consumer()
+        .receive(HUB, "", PARTITION, EventPosition::Earliest, 0)
+        .await
+        .unwrap();
+    let (deliveries, mut delivered) = mpsc::channel::<Delivery>(16);
+    let receiver = tokio::spawn(async move {
+        while let Some(batch) = stream.next().await {
+            let failed = batch.is_err();
+            let endpoint = stream.endpoint().to_owned();
+            if deliveries.send((batch, endpoint)).await.is_err() || failed {
+                return;
+            }
+        }
+    });
+    let producer = Client::connect(other).await.unwrap().idempotent_producer();
+    let mut acknowledged = Vec::new();
+    let mut events: Vec<ReceivedEvent> = Vec::new();
+    let mut served_by: Vec<String> = Vec::new();
+    let send = |n: usize, acknowledged: &mut Vec<String>| {
+        let producer = producer.clone();
+        let bodies: Vec<String> = (acknowledged.len()..acknowledged.len() + n)
+            .map(|i| format!("e{i}"))
+            .collect();
+        acknowledged.extend(bodies.clone());
+        async move {
+            for body in bodies {
+                producer
+                    .send(HUB, PARTITION, [EventData::from_body(body.clone())])
+                    .await
+                    .unwrap_or_else(|e| panic!("send {body}: {e}"));
+            }
+        }
+    };
+    send(SENDS, &mut acknowledged).await;
+    while events.len() < acknowledged.len() {
+        receive_batch(&mut delivered, &mut events, &mut served_by).await;
+    }
+    assert_eq!(served_by, vec![endpoints[leader].clone()]);
+
+    // Every replica leaves the serving node.
+    admin.decommission_node(leader_id, true).await.unwrap();
+    let started = tokio::time::Instant::now();
+    loop {
+        let status = admin.cluster_status().await.unwrap();
+        let partition = status
+            .partitions
+            .iter()
+            .find(|p| p.event_hub == HUB)
+            .unwrap();
+        if partition.replicas.iter().all(|r| r.node != leader_id) && partition.leader != 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < MOVE_TIMEOUT,
+            "the replica did not move off node {leader_id}: {partition:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    send(SENDS, &mut acknowledged).await;
+    while events.len() < acknowledged.len() {
+        receive_batch(&mut delivered, &mut events, &mut served_by).await;
+    }
+    let bodies: Vec<String> = events
+        .iter()
+        .map(|e| String::from_utf8(e.body.to_vec()).unwrap())
+        .collect();
+    assert_eq!(bodies, acknowledged, "every event once, in order");
+    assert_ne!(
+        served_by.last(),
+        Some(&endpoints[leader]),
+        "the stream moved with the partition: {served_by:?}"
+    );
+    receiver.abort();
+}

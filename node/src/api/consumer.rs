@@ -246,6 +246,12 @@ async fn stream_events(
                 }
             }
             _ = tx.closed() => return,
+            // The replica stopped here (it moved, or was re-created): the reader resumes
+            // where the partition is now.
+            _ = partition.stopped() => {
+                let _ = tx.send(Err(closed().into())).await;
+                return;
+            }
             displaced = &mut slot.displaced => {
                 if let Ok(displaced) = displaced {
                     let _ = tx.send(Err(displaced.into())).await;

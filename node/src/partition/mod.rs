@@ -105,6 +105,10 @@ pub struct Partition {
     ingress: Mutex<throttle::Throttle>,
     egress: Mutex<throttle::Throttle>,
     traffic: Traffic,
+    /// Set when this node stops the replica (moved away, re-created, node shutting down).
+    /// Open reader streams hold the replica, and with it the sender of its progress, so
+    /// they would otherwise wait for events that never come here.
+    stopped: watch::Sender<bool>,
 }
 
 /// A partition replica's traffic since it started (event bodies; appends count on the
@@ -195,7 +199,20 @@ impl Partition {
             ingress: Mutex::new(throttle::Throttle::new()),
             egress: Mutex::new(throttle::Throttle::new()),
             traffic: Traffic::default(),
+            stopped: watch::channel(false).0,
         })
+    }
+
+    /// Marks the replica stopped on this node: reader streams on it end (their clients
+    /// resume where the partition is now).
+    pub fn mark_stopped(&self) {
+        self.stopped.send_replace(true);
+    }
+
+    /// Resolves once [`Partition::mark_stopped`] has been called.
+    pub async fn stopped(&self) {
+        let mut stopped = self.stopped.subscribe();
+        let _ = stopped.wait_for(|s| *s).await;
     }
 
     /// The node believed to lead this partition, if any.
