@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::sync::mpsc;
-use tributary_client::{Client, ClientError, EventData, EventPosition, ReceivedEvent};
+use tributary_client::{
+    Client, ClientError, EventData, EventPosition, ReceiveStream, ReceivedEvent,
+};
 use tributary_cluster_tests::{LocalCluster, TestDir, test_seed};
 
 const HUB: &str = "events";
@@ -37,21 +39,12 @@ async fn a_receive_stream_resumes_on_the_new_leader_without_gap_or_duplicate() {
 
     // The reader's stream is served by the partition leader.
     let reader = Client::connect(survivor).await.unwrap();
-    let mut stream = reader
+    let stream = reader
         .consumer()
         .receive(HUB, "", PARTITION, EventPosition::Earliest, 0)
         .await
         .unwrap();
-    let (deliveries, mut delivered) = mpsc::channel::<Delivery>(16);
-    let receiver = tokio::spawn(async move {
-        while let Some(batch) = stream.next().await {
-            let failed = batch.is_err();
-            let endpoint = stream.endpoint().to_owned();
-            if deliveries.send((batch, endpoint)).await.is_err() || failed {
-                return;
-            }
-        }
-    });
+    let (receiver, mut delivered) = forward(stream);
 
     // Idempotent sends, so that retries across the kill store every event once.
     let killed = Arc::new(AtomicBool::new(false));
@@ -123,6 +116,21 @@ async fn send_until_after_kill(client: Client, killed: Arc<AtomicBool>) -> Vec<S
     acknowledged
 }
 
+/// Forwards the stream's batches, each with the node that served it, until the first error.
+fn forward(mut stream: ReceiveStream) -> (tokio::task::JoinHandle<()>, mpsc::Receiver<Delivery>) {
+    let (deliveries, delivered) = mpsc::channel::<Delivery>(16);
+    let receiver = tokio::spawn(async move {
+        while let Some(batch) = stream.next().await {
+            let failed = batch.is_err();
+            let endpoint = stream.endpoint().to_owned();
+            if deliveries.send((batch, endpoint)).await.is_err() || failed {
+                return;
+            }
+        }
+    });
+    (receiver, delivered)
+}
+
 /// Waits for the receiver's next batch; a stream error fails the test.
 async fn receive_batch(
     delivered: &mut mpsc::Receiver<Delivery>,
@@ -170,21 +178,12 @@ async fn a_receive_stream_resumes_when_its_replica_moves_away() {
     let other = &endpoints[(leader + 1) % endpoints.len()];
 
     let reader = Client::connect(other).await.unwrap();
-    let mut stream = reader
+    let stream = reader
         .consumer()
         .receive(HUB, "", PARTITION, EventPosition::Earliest, 0)
         .await
         .unwrap();
-    let (deliveries, mut delivered) = mpsc::channel::<Delivery>(16);
-    let receiver = tokio::spawn(async move {
-        while let Some(batch) = stream.next().await {
-            let failed = batch.is_err();
-            let endpoint = stream.endpoint().to_owned();
-            if deliveries.send((batch, endpoint)).await.is_err() || failed {
-                return;
-            }
-        }
-    });
+    let (receiver, mut delivered) = forward(stream);
     let producer = Client::connect(other).await.unwrap().idempotent_producer();
     let mut acknowledged = Vec::new();
     let mut events: Vec<ReceivedEvent> = Vec::new();
