@@ -454,6 +454,7 @@ mod tests {
             message: "scripted failure".into(),
             retry_after_ms: 0,
             leader_hint: leader_hint.into(),
+            leader_node: 0,
         };
         tonic::Status::with_details(code, "scripted failure", detail.encode_to_vec().into())
     }

@@ -241,6 +241,7 @@ mod tests {
                 message: "event hub 'x' does not exist".into(),
                 retry_after_ms: 0,
                 leader_hint: String::new(),
+                leader_node: 0,
             },
         );
         let error = ClientError::from_status(status, "http://h:1");
@@ -270,6 +271,7 @@ mod tests {
                     message: "partition 3 is throttled".into(),
                     retry_after_ms: 1500,
                     leader_hint: String::new(),
+                    leader_node: 0,
                 },
             ),
             "http://h:1",
@@ -290,6 +292,7 @@ mod tests {
                     message: "this node does not lead partition 0".into(),
                     retry_after_ms: 0,
                     leader_hint: "http://10.0.0.2:7400".into(),
+                    leader_node: 0,
                 },
             ),
             "http://h:1",
@@ -310,6 +313,7 @@ mod tests {
                 message: "boom".into(),
                 retry_after_ms: 0,
                 leader_hint: String::new(),
+                leader_node: 0,
             },
         );
         let error = ClientError::from_status(status, "http://h:1");

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde::Deserialize;
+pub use tributary_broker::placement::PlacementSettings;
 use tributary_types::limits::{PARTITIONS_PER_HUB_MAX_DEFAULT, PUBLISH_BYTES_MAX_DEFAULT};
 
 /// The environment variable giving the root rule's primary key to a node that creates it.
@@ -282,28 +283,6 @@ impl std::str::FromStr for AuthMode {
 /// Default size of a storage log segment.
 pub const SEGMENT_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
 
-/// How the placement controller works (`--node-dead-timeout`, `--placement-*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PlacementSettings {
-    pub node_dead_timeout: Duration,
-    pub interval: Duration,
-    pub moves_per_node: u32,
-    pub moves_max: u32,
-    pub cooldown: Duration,
-}
-
-impl Default for PlacementSettings {
-    fn default() -> Self {
-        Self {
-            node_dead_timeout: Duration::from_secs(300),
-            interval: Duration::from_secs(2),
-            moves_per_node: 4,
-            moves_max: 16,
-            cooldown: Duration::from_secs(10),
-        }
-    }
-}
-
 /// A duration from a flag, an environment variable or the file (in that order).
 fn duration(
     flag: Option<humantime::Duration>,
@@ -354,7 +333,7 @@ pub struct NodeConfig {
     pub auth: AuthMode,
     /// The root rule's primary key when this node creates it: `TRIBUTARY_ROOT_KEY`, an
     /// environment variable only (a flag would show in process listings).
-    pub root_key: Option<crate::cluster::RootKey>,
+    pub root_key: Option<tributary_broker::cluster::RootKey>,
 }
 
 impl NodeConfig {
@@ -630,7 +609,7 @@ impl ServeArgs {
             root_key: std::env::var(ROOT_KEY_ENV)
                 .ok()
                 .filter(|key| !key.is_empty())
-                .map(crate::cluster::RootKey),
+                .map(tributary_broker::cluster::RootKey),
         };
         if config.storage_shards == 0 || config.storage_shards > 64 {
             bail!("--storage-shards must be between 1 and 64");

@@ -15,9 +15,9 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::broker::Broker;
-use crate::fault::FaultHooks;
 use crate::restart_drain::RestartDrain;
+use tributary_broker::Broker;
+use tributary_broker::fault::FaultHooks;
 
 /// How long `POST /drain` waits for leaderships to move unless told.
 const DRAIN_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);

@@ -1,28 +1,15 @@
-//! The `tributary` node: gRPC services over the broker, whose partitions are Raft groups
-//! on redb storage shards.
+//! The `tributary` node, the composition root: its configuration, the data directory's
+//! identity, the listeners (TLS, connection limits), the broker and every front end over
+//! its `Service`, the HTTP port (health, metrics, drain), and every background task in one
+//! `JoinSet` that one stop signal ends.
 
-pub mod api;
-pub mod broker;
-pub mod capture;
 pub mod cert;
-pub mod checkpoints;
-pub mod cluster;
 pub mod config;
-pub mod controller;
-pub mod disk;
-pub mod fault;
-pub mod group;
 pub mod http;
 pub mod identity;
 pub mod limits;
-pub mod partition;
-pub mod placement;
-pub mod readers;
 pub mod restart_drain;
-pub mod retention;
 pub mod root_connection_string;
-pub mod status;
-pub mod telemetry;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -31,7 +18,12 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
+use tributary_broker::cluster::{ClusterRuntime, ClusterService, MembershipConfig};
+use tributary_broker::{Auth, Broker, BrokerLimits, Service, capture, checkpoints, placement};
+use tributary_broker::{retention, status, telemetry};
+use tributary_controller::state::NodeRecord;
+use tributary_grpc::GrpcApi;
 use tributary_proto::peer::cluster_server::ClusterServer;
 use tributary_proto::peer::node_status_server::NodeStatusServer;
 use tributary_proto::v1::checkpoint_store_server::CheckpointStoreServer;
@@ -43,10 +35,7 @@ use tributary_raft::{GroupHost, PeerRouter, PeerService};
 use tributary_storage::{Shard, ShardConfig};
 use tributary_types::{NodeId, SystemClock};
 
-use crate::broker::{Broker, BrokerLimits};
-use crate::cluster::{ClusterRuntime, ClusterService, MembershipConfig};
 use crate::config::NodeConfig;
-use crate::controller::state::NodeRecord;
 
 /// Room for protobuf framing around the largest publication.
 const REQUEST_OVERHEAD_BYTES: usize = 64 * 1024;
@@ -85,8 +74,13 @@ pub struct Node {
     pub http_addr: SocketAddr,
     pub peer_addr: SocketAddr,
     pub broker: Arc<Broker>,
+    /// The broker's API, as every front end calls it.
+    pub service: Service,
     shards: Vec<Shard>,
     shutdown: watch::Sender<bool>,
+    /// Every background task (reconcilers, placement, retention, capture, telemetry, ...):
+    /// they run until the node stops, and shutdown ends them all.
+    tasks: JoinSet<()>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     peer_server: JoinHandle<Result<(), tonic::transport::Error>>,
     http: JoinHandle<()>,
@@ -137,6 +131,8 @@ impl Node {
 
         let node_tls = tls::NodeTls::load(&config.tls)?;
         let node_id = NodeId(identity.node_id);
+        let connector: Arc<dyn tributary_raft::Connector> =
+            Arc::new(node_tls.peer_connector.clone());
         let host = GroupHost::with_settings(
             node_id,
             PeerRouter::new(node_id.0, node_tls.peer_connector.clone()),
@@ -170,7 +166,7 @@ impl Node {
             },
             host.clone(),
             shards[0].clone(),
-            node_tls.peer_connector.clone(),
+            connector,
         );
         let broker = Broker::new(
             runtime.clone(),
@@ -185,7 +181,7 @@ impl Node {
         let store: Arc<dyn checkpoints::CheckpointStore> = Arc::new(
             checkpoints::ControllerStore::new(runtime.clone(), clock.clone()),
         );
-        let placement = placement::Placement::new(broker.clone(), config.placement, clock);
+        let placement = placement::Placement::new(broker.clone(), config.placement, clock.clone());
         let (shutdown, shutdown_rx) = watch::channel(false);
 
         let connections = config.connections;
@@ -256,24 +252,25 @@ impl Node {
                 return Err(err);
             }
         };
-        tokio::spawn(drain.end_after_restart());
-        tokio::spawn(broker.clone().run_reconciler());
-        tokio::spawn(broker.clone().run_membership_reconciler());
-        tokio::spawn(placement.clone().run());
-        tokio::spawn(retention::run(
+        let mut tasks = JoinSet::new();
+        tasks.spawn(drain.end_after_restart());
+        tasks.spawn(broker.clone().run_reconciler());
+        tasks.spawn(broker.clone().run_membership_reconciler());
+        tasks.spawn(placement.clone().run());
+        tasks.spawn(retention::run(
             broker.clone(),
             config.retention.interval,
             config.data_dir.clone(),
         ));
-        tokio::spawn(capture::capturer::run(broker.clone()));
-        tokio::spawn(telemetry::run(broker.clone()));
+        tasks.spawn(capture::capturer::run(broker.clone()));
+        tasks.spawn(telemetry::run(broker.clone()));
 
         // The recorder first, so the auth gauge set next is kept.
         http::metrics_handle();
-        let auth = api::auth::Auth::new(config.auth, broker.clone());
+        let auth = Auth::new(config.auth == config::AuthMode::Sas, runtime.clone(), clock);
         match config.auth {
             config::AuthMode::Sas => {
-                tokio::spawn(root_connection_string::keep_written(
+                tasks.spawn(root_connection_string::keep_written(
                     broker.clone(),
                     config.data_dir.clone(),
                 ));
@@ -284,47 +281,30 @@ impl Node {
                  for development; leave --auth at its default (sas) otherwise"
             ),
         }
+        let service = Service::new(broker.clone(), auth, store, placement);
+        let api = GrpcApi {
+            service: service.clone(),
+        };
         let request_bytes_max = config.publish_bytes_max * 2 + REQUEST_OVERHEAD_BYTES;
         let server = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(keepalive))
             .http2_keepalive_timeout(Some(keepalive))
             .max_concurrent_streams(Some(connections.max_streams_per_connection))
             .add_service(
-                ManagementServer::new(api::management::ManagementService {
-                    broker: broker.clone(),
-                    placement: placement.clone(),
-                    auth: auth.clone(),
-                })
-                .max_decoding_message_size(REQUEST_OVERHEAD_BYTES),
+                ManagementServer::new(api.clone())
+                    .max_decoding_message_size(REQUEST_OVERHEAD_BYTES),
             )
             .add_service(
-                ProducerServer::new(api::producer::ProducerService {
-                    broker: broker.clone(),
-                    auth: auth.clone(),
-                })
-                .max_decoding_message_size(request_bytes_max),
+                ProducerServer::new(api.clone()).max_decoding_message_size(request_bytes_max),
             )
             .add_service(
-                ConsumerServer::new(api::consumer::ConsumerService {
-                    broker: broker.clone(),
-                    readers: readers::Readers::new(),
-                    auth: auth.clone(),
-                })
-                .max_decoding_message_size(REQUEST_OVERHEAD_BYTES),
+                ConsumerServer::new(api.clone()).max_decoding_message_size(REQUEST_OVERHEAD_BYTES),
             )
             .add_service(
-                CheckpointStoreServer::new(api::checkpoints::CheckpointStoreService {
-                    store,
-                    auth: auth.clone(),
-                })
-                .max_decoding_message_size(STORE_REQUEST_BYTES_MAX),
+                CheckpointStoreServer::new(api.clone())
+                    .max_decoding_message_size(STORE_REQUEST_BYTES_MAX),
             )
-            .add_service(DiagnosticsServer::new(
-                api::diagnostics::DiagnosticsService {
-                    broker: broker.clone(),
-                    auth,
-                },
-            ));
+            .add_service(DiagnosticsServer::new(api));
         let client_gate = limits::ConnectionGate::new("client", connections.max_connections);
         let server = tokio::spawn(match node_tls.client_port {
             None => futures::future::Either::Left(server.serve_with_incoming_shutdown(
@@ -357,8 +337,10 @@ impl Node {
             http_addr,
             peer_addr,
             broker,
+            service,
             shards,
             shutdown,
+            tasks,
             server,
             peer_server,
             http,
@@ -387,6 +369,12 @@ impl Node {
             .await?
             .transpose()?;
         finish_within(self.http, DRAIN_TIMEOUT, "HTTP").await?;
+        // Background tasks hold the broker (and through it the storage shards): end them
+        // all before the groups stop, so every shard is closed with a final checkpoint.
+        let mut tasks = self.tasks;
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
+        drop(self.service);
         self.broker.runtime().stop();
         self.broker.shutdown().await;
         finish_within(self.peer_server, DRAIN_TIMEOUT, "peer API")

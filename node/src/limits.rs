@@ -16,7 +16,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{Instant, Sleep};
 
-use crate::api::error::ApiError;
+use tributary_broker::Error;
 
 /// How long accepting pauses after an error (e.g. no file descriptor left).
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
@@ -96,7 +96,7 @@ impl ConnectionGate {
     /// What a refused client is told: the node is busy (so the SDK retries after a
     /// pause, and may go to another node), and why.
     pub fn refusal(&self) -> tonic::Status {
-        ApiError::busy(
+        Error::busy(
             format!(
                 "this node has {} {} connections open, its limit (--max-connections); close \
                  connections you do not use, or connect to another node",

@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::broker::Broker;
-use crate::controller::state::ClusterState;
-use crate::partition::Partition;
+use tributary_broker::Broker;
+use tributary_broker::partition::Partition;
+use tributary_controller::state::ClusterState;
 
 /// The file in the data directory that says the node drained itself for a restart.
 pub const MARKER: &str = "drained-for-restart";

@@ -7,8 +7,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::broker::Broker;
-use crate::controller::rules::ROOT_RULE;
+use tributary_broker::Broker;
+use tributary_controller::rules::ROOT_RULE;
 
 /// The file's name inside the data directory.
 pub const FILE_NAME: &str = "root-connection-string";

@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use tributary::cluster::RootKey;
 use tributary::config::AuthMode;
+use tributary_broker::cluster::RootKey;
 use tributary_client::{
     CheckpointStore, Client, ClientError, ConnectOptions, ErrorReason, EventData, EventPosition,
     Rights, RuleKey, SendTarget,

@@ -14,9 +14,9 @@ use bytes::Bytes;
 use object_store::ObjectStoreExt;
 use object_store::aws::AmazonS3Builder;
 use serde_json::json;
-use tributary::capture::{CaptureDestination, Sink, encode_file, file_path};
-use tributary::partition::ReadEvent;
-use tributary::partition::codec::{EventRecord, Property};
+use tributary_broker::capture::{CaptureDestination, Sink, encode_file, file_path};
+use tributary_broker::partition::ReadEvent;
+use tributary_broker::partition::codec::{EventRecord, Property};
 
 /// How long moto may take to start listening (it imports a lot of Python first).
 const BUCKET: &str = "captures";

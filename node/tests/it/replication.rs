@@ -8,8 +8,8 @@ use std::time::Duration;
 use tempfile::TempDir;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
-use tributary::partition::codec::{EventRecord, encode_batch};
-use tributary::partition::state_machine::{PartitionStateMachine, Progress};
+use tributary_broker::partition::codec::{EventRecord, encode_batch};
+use tributary_broker::partition::state_machine::{PartitionStateMachine, Progress};
 use tributary_raft::{
     AppendBatch, GroupHost, PeerRouter, PeerService, Proposal, ProposalResult, Raft, TcpConnector,
 };

@@ -1,0 +1,106 @@
+//! The broker's one protocol-neutral API. Every front end (gRPC today; AMQP, Kafka and the
+//! Blob checkpoint endpoint next) decodes its protocol into these typed requests, makes one
+//! call, and maps the one [`Error`] type back: routing, NOT_LEADER, throttling, limits and
+//! the authorization check (keyed by the [`Credential`] the front end presents) happen here
+//! and nowhere else.
+//!
+//! - [`send`](Service::send): publish events to a hub (round robin, partition key or id).
+//! - [`read`](Service::read): a stream of committed events from a position, under Event Hubs'
+//!   reader rules; partition properties and readers.
+//! - management: hubs, consumer groups, nodes, authorization rules, cluster status
+//!   (`manage.rs`, `rules.rs`).
+//! - the checkpoint store: ownership and checkpoints (`store.rs`).
+//! - diagnostics: what this node's own replica holds (`diagnostics.rs`).
+
+mod diagnostics;
+mod manage;
+mod read;
+mod rules;
+mod send;
+mod store;
+
+use std::sync::Arc;
+
+use crate::auth::{Auth, Credential, Scope};
+use crate::broker::Broker;
+use crate::checkpoints::CheckpointStore;
+use crate::error::Error;
+use crate::placement::Placement;
+use crate::readers::Readers;
+
+pub use diagnostics::{REPLICA_EVENTS_PAGE_DEFAULT, REPLICA_EVENTS_PAGE_MAX, ReplicaEvents};
+pub use manage::{
+    CaptureRequest, HubSettingsRequest, HubUpdateRequest, NewHubRequest, PlannedMove, RebalancePlan,
+};
+pub use read::{PartitionProperties, PartitionReaders, ReadBatch, ReadRequest, ReadStream};
+pub use rules::{RuleKeyKind, RuleKeys};
+pub use send::{SendReply, SendRequest};
+pub use store::{Checkpoint, Claim, Ownership};
+
+// The domain types the calls take and return.
+pub use crate::broker::Target;
+pub use crate::partition::ReadEvent;
+pub use crate::partition::codec::{EventRecord, Property};
+pub use crate::partition::position::Position;
+pub use crate::readers::ConnectedReader;
+pub use crate::status::{
+    ClusterStatus, NodeStatus, PartitionStatus, ReplicaMoveStatus, ReplicaStatus,
+};
+pub use tributary_controller::state::{CaptureSettings, CleanupPolicy, HubRecord};
+pub use tributary_raft::ProducerStamp;
+pub use tributary_types::{AuthorizationRule, Rights};
+
+/// The broker's API; cheap to clone.
+#[derive(Clone)]
+pub struct Service {
+    broker: Arc<Broker>,
+    auth: Auth,
+    store: Arc<dyn CheckpointStore>,
+    placement: Arc<Placement>,
+    readers: Arc<Readers>,
+}
+
+impl Service {
+    pub fn new(
+        broker: Arc<Broker>,
+        auth: Auth,
+        store: Arc<dyn CheckpointStore>,
+        placement: Arc<Placement>,
+    ) -> Service {
+        Service {
+            broker,
+            auth,
+            store,
+            placement,
+            readers: Readers::new(),
+        }
+    }
+
+    /// The broker behind the service (the node's HTTP and background tasks use it).
+    pub fn broker(&self) -> &Arc<Broker> {
+        &self.broker
+    }
+
+    /// Whether calls are checked (`--auth sas`).
+    pub fn auth_enabled(&self) -> bool {
+        self.auth.enabled()
+    }
+
+    fn check(
+        &self,
+        credential: &Credential,
+        scope: Scope<'_>,
+        needed: Rights,
+    ) -> Result<(), Error> {
+        self.auth.check(credential, scope, needed)
+    }
+}
+
+/// A request's consumer group: empty means `$Default`.
+pub fn consumer_group(name: &str) -> &str {
+    if name.is_empty() {
+        tributary_types::DEFAULT_CONSUMER_GROUP
+    } else {
+        name
+    }
+}
