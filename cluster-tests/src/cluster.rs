@@ -1,15 +1,11 @@
 //! Several real `tributary serve` processes on loopback forming one cluster.
 
 use std::path::Path;
-use std::time::Duration;
 
-use tokio::time::Instant;
 use tributary_client::Client;
 
+use crate::eventually::eventually;
 use crate::node_process::{NodePorts, NodeProcess, READY_TIMEOUT};
-
-/// Pause between two looks at the cluster status while waiting for a leader.
-const LEADER_POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 /// A cluster of `n` nodes with ids 1..=n, each on its own free ports and data directory
 /// under the given test directory.
@@ -110,51 +106,50 @@ impl LocalCluster {
     /// as the cluster status (asked through a running node) says; waits until there is one
     /// and leadership has settled (on the preferred replica, unless that one is down).
     pub async fn partition_leader(&self, event_hub: &str, partition_id: &str) -> usize {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        let mut last_seen = String::from("no running node answered");
-        loop {
-            for node in self.nodes.iter().filter(|n| n.pid().is_some()) {
-                let Ok(client) = Client::connect(&node.endpoint()).await else {
-                    continue;
-                };
-                let status = match client.cluster_status().await {
-                    Ok(status) => status,
-                    Err(err) => {
-                        last_seen = err.to_string();
+        eventually(
+            READY_TIMEOUT,
+            format!("a running, settled leader of {event_hub}/{partition_id}"),
+            async || {
+                let mut last_seen = String::from("no running node answered");
+                for node in self.nodes.iter().filter(|n| n.pid().is_some()) {
+                    let Ok(client) = Client::connect(&node.endpoint()).await else {
                         continue;
+                    };
+                    let status = match client.cluster_status().await {
+                        Ok(status) => status,
+                        Err(err) => {
+                            last_seen = err.to_string();
+                            continue;
+                        }
+                    };
+                    // Leadership returns to the preferred (first) replica when it is up: wait
+                    // for that, so the leader found does not move away right after.
+                    let leader = status
+                        .partitions
+                        .iter()
+                        .find(|p| p.event_hub == event_hub && p.partition_id == partition_id)
+                        .map(|p| p.leader)
+                        .filter(|leader| {
+                            let partition = status.partitions.iter().find(|p| {
+                                p.event_hub == event_hub && p.partition_id == partition_id
+                            });
+                            partition
+                                .and_then(|p| p.replicas.first())
+                                .is_none_or(|preferred| !preferred.up || preferred.node == *leader)
+                        });
+                    let index = leader
+                        .filter(|id| *id > 0)
+                        .and_then(|id| usize::try_from(id - 1).ok())
+                        .filter(|i| self.nodes.get(*i).is_some_and(|n| n.pid().is_some()));
+                    if let Some(index) = index {
+                        return Ok(index);
                     }
-                };
-                // Leadership returns to the preferred (first) replica when it is up: wait
-                // for that, so the leader found does not move away right after.
-                let leader = status
-                    .partitions
-                    .iter()
-                    .find(|p| p.event_hub == event_hub && p.partition_id == partition_id)
-                    .map(|p| p.leader)
-                    .filter(|leader| {
-                        let partition = status
-                            .partitions
-                            .iter()
-                            .find(|p| p.event_hub == event_hub && p.partition_id == partition_id);
-                        partition
-                            .and_then(|p| p.replicas.first())
-                            .is_none_or(|preferred| !preferred.up || preferred.node == *leader)
-                    });
-                last_seen = format!("leader {leader:?} in {status:?}");
-                let index = leader
-                    .filter(|id| *id > 0)
-                    .and_then(|id| usize::try_from(id - 1).ok())
-                    .filter(|i| self.nodes.get(*i).is_some_and(|n| n.pid().is_some()));
-                if let Some(index) = index {
-                    return index;
+                    last_seen = format!("leader {leader:?} in {status:?}");
+                    break;
                 }
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no running leader of {event_hub}/{partition_id} after {READY_TIMEOUT:?}: {last_seen}"
-            );
-            tokio::time::sleep(LEADER_POLL_INTERVAL).await;
-        }
+                Err(last_seen)
+            },
+        )
+        .await
     }
 }

@@ -18,9 +18,10 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use tokio::process::Command;
-use tokio::time::Instant;
 
+use crate::eventually::poll_until;
 use crate::http::http_get;
+use crate::require::{Verdict, verdict};
 
 /// The image the nemesis suite runs, unless told otherwise.
 pub const IMAGE_DEFAULT: &str = "tributary:test";
@@ -37,32 +38,39 @@ const STOP_TIMEOUT_S: u32 = 30;
 const SUBNET_ATTEMPTS_MAX: u32 = 32;
 /// How long one `docker` or `nsenter` command may take.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
-/// Pause between two readiness probes.
-const READY_POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// The exit code of a node that stopped because its storage failed (the node's
 /// `StorageFailed::EXIT_CODE`, EX_IOERR).
 pub const STORAGE_FAILED_EXIT_CODE: i64 = 74;
 /// The file the disk nemesis writes to fill a node's disk.
 const BALLAST_FILE: &str = "nemesis-ballast";
 
-/// Why containers cannot be used here, or `None` when they can: the engine answers and the
-/// host tools for faults (`nsenter`, `iptables`, `tc`) are installed.
-pub async fn unavailable() -> Option<String> {
-    match run("docker", &["info", "--format", "{{.ServerVersion}}"]).await {
-        Ok(_) => {}
-        Err(err) => return Some(format!("no Docker engine answers ({err:#})")),
-    }
-    for tool in ["nsenter", "iptables", "tc"] {
-        if run("sh", &["-c", &format!("command -v {tool}")])
-            .await
-            .is_err()
-        {
-            return Some(format!(
-                "`{tool}` is not installed (scripts/nemesis installs it)"
-            ));
+/// Whether containers can be used here, as a [`Verdict`] (see [`crate::require_tool`]): the
+/// engine answers and the host tools for faults (`nsenter`, `iptables`, `tc`) are installed.
+/// Whatever is missing skips, unless `require_env` (e.g. `"CI=true"`) says it is required.
+pub async fn can_run(require_env: &str) -> Verdict {
+    let missing = match run("docker", &["info", "--format", "{{.ServerVersion}}"]).await {
+        Err(err) => Some((
+            format!("a Docker engine that answers (`docker info`: {err:#})"),
+            "install and start Docker",
+        )),
+        Ok(_) => {
+            let mut missing = None;
+            for tool in ["nsenter", "iptables", "tc"] {
+                if run("sh", &["-c", &format!("command -v {tool}")])
+                    .await
+                    .is_err()
+                {
+                    missing = Some((format!("`{tool}`"), "scripts/nemesis installs it"));
+                    break;
+                }
+            }
+            missing
         }
+    };
+    match missing {
+        Some((what, how_to_get)) => verdict(&what, false, how_to_get, require_env),
+        None => Verdict::Run,
     }
-    None
 }
 
 /// Whether `image` exists in the local engine.
@@ -291,26 +299,28 @@ impl ContainerCluster {
     /// Waits until node `i` answers `/readyz` with 200, or fails (showing its log) when its
     /// container exits or `timeout` passes.
     pub async fn wait_ready(&self, i: usize, timeout: Duration) -> anyhow::Result<()> {
-        let deadline = Instant::now() + timeout;
-        loop {
+        let running = poll_until(timeout, async || {
             if matches!(http_get(self.http_addr(i), "/readyz").await, Ok(r) if r.status == 200) {
-                return Ok(());
+                return Ok(true);
             }
             if !self.is_running(i).await {
-                bail!(
-                    "node {} exited before it was ready; its log ends with:\n{}",
-                    self.nodes[i].id,
-                    self.log_tail(i, 30).await
-                );
+                return Ok(false);
             }
-            if Instant::now() >= deadline {
-                bail!(
-                    "node {} not ready after {timeout:?}; its log ends with:\n{}",
-                    self.nodes[i].id,
-                    self.log_tail(i, 30).await
-                );
-            }
-            tokio::time::sleep(READY_POLL_INTERVAL).await;
+            Err(())
+        })
+        .await;
+        match running {
+            Ok(true) => Ok(()),
+            Ok(false) => bail!(
+                "node {} exited before it was ready; its log ends with:\n{}",
+                self.nodes[i].id,
+                self.log_tail(i, 30).await
+            ),
+            Err(_) => bail!(
+                "node {} not ready after {timeout:?}; its log ends with:\n{}",
+                self.nodes[i].id,
+                self.log_tail(i, 30).await
+            ),
         }
     }
 

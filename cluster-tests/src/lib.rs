@@ -3,16 +3,21 @@
 //!
 //! The tests themselves live in `tests/it/` (one integration-test binary). Build the
 //! binary first with `cargo build --bin tributary` (`scripts/test` does).
+//!
+//! Tests wait for a condition with [`eventually`] (or [`poll_until`]), and need a tool from
+//! outside the workspace through [`require_tool`].
 
 mod binary;
 mod cluster;
 pub mod containers;
+mod eventually;
 mod http;
 pub mod nemesis;
 mod node_process;
 pub mod prometheus_tools;
 pub mod python_tools;
 mod raw;
+mod require;
 mod seed;
 mod test_dir;
 mod tls;
@@ -22,9 +27,11 @@ pub use binary::{
     workspace_dir,
 };
 pub use cluster::LocalCluster;
+pub use eventually::{Deadline, POLL_INTERVAL, TimedOut, eventually, poll_until};
 pub use http::{HttpResponse, http_get, http_post};
 pub use node_process::{AUTH_ENV, NodePorts, NodeProcess, PEER_ADDR_ENV, READY_TIMEOUT, free_port};
 pub use raw::{RawCodec, root_connection_string};
+pub use require::{REQUIRED_VALUE, Verdict, is_required, require_tool, verdict};
 pub use seed::test_seed;
 pub use test_dir::TestDir;
 pub use tls::{NodeCert, TestCa};

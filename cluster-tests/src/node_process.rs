@@ -13,17 +13,15 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::Child;
-use tokio::time::Instant;
 
 use crate::binary::tributary_command;
+use crate::eventually::poll_until;
 use crate::http::http_get;
 
 /// How long a node may take from spawn to answering `/readyz` with 200.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a signalled node may take to exit.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(30);
-/// Pause between two readiness probes.
-const READY_POLL_INTERVAL: Duration = Duration::from_millis(25);
 /// Starts on fresh ports after the previous ports turned out to be taken.
 const START_ATTEMPTS_MAX: u32 = 5;
 /// Sets the node-to-node port (`--peer-addr`).
@@ -364,10 +362,9 @@ impl NodeProcess {
     }
 
     async fn ready_or_exit(&mut self) -> Readiness {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
+        let waited = poll_until(READY_TIMEOUT, async || {
             if let Some(status) = self.try_wait() {
-                return Readiness::Exited(status);
+                return Ok(Readiness::Exited(status));
             }
             let ready =
                 matches!(http_get(self.http_addr(), "/readyz").await, Ok(r) if r.status == 200);
@@ -375,17 +372,19 @@ impl NodeProcess {
             // only ready if it is still alive after answering.
             if ready {
                 if let Some(status) = self.try_wait() {
-                    return Readiness::Exited(status);
+                    return Ok(Readiness::Exited(status));
                 }
-                return Readiness::Ready;
+                return Ok(Readiness::Ready);
             }
-            assert!(
-                Instant::now() < deadline,
+            Err(())
+        })
+        .await;
+        waited.unwrap_or_else(|_| {
+            panic!(
                 "{}",
                 self.failure(&format!("node not ready after {READY_TIMEOUT:?}"))
-            );
-            tokio::time::sleep(READY_POLL_INTERVAL).await;
-        }
+            )
+        })
     }
 
     /// The exit status if the process has exited (and then forgets the child).

@@ -6,29 +6,25 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::{free_port, http_get};
+use crate::{free_port, http_get, poll_until, require_tool};
 
 /// How long the server may take to answer `/-/ready`.
 const SERVER_START_TIMEOUT: Duration = Duration::from_secs(60);
-const SERVER_POLL_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Makes missing Prometheus tools fail a test instead of skipping it (CI sets it).
+pub const REQUIRE_PROMETHEUS_ENV: &str = "TRIBUTARY_REQUIRE_PROMETHEUS";
 
 /// The paths of `promtool` and `prometheus`, or `None` (the caller skips, saying so) when
 /// either is missing and `TRIBUTARY_REQUIRE_PROMETHEUS` is not `1`; with it set (CI) a
-/// missing tool fails the test.
+/// missing tool fails the test (see [`crate::require_tool`]).
+#[track_caller]
 pub fn prometheus_tools() -> Option<(PathBuf, PathBuf)> {
-    match (find("promtool"), find("prometheus")) {
-        (Some(promtool), Some(prometheus)) => Some((promtool, prometheus)),
-        _ if std::env::var("TRIBUTARY_REQUIRE_PROMETHEUS").as_deref() == Ok("1") => panic!(
-            "promtool or prometheus is missing and TRIBUTARY_REQUIRE_PROMETHEUS=1: run \
-             scripts/prometheus-tools first (it installs Debian's prometheus package)"
-        ),
-        _ => {
-            println!(
-                "skipped: promtool or prometheus is not on PATH; run scripts/prometheus-tools"
-            );
-            None
-        }
-    }
+    require_tool(
+        "promtool or prometheus (on PATH or in /usr/bin)",
+        find("promtool").zip(find("prometheus")),
+        "run scripts/prometheus-tools first (it installs Debian's prometheus package)",
+        REQUIRE_PROMETHEUS_ENV,
+    )
 }
 
 /// `name` on PATH, or in `/usr/bin` (where Debian puts it) when PATH lacks it.
@@ -98,15 +94,12 @@ impl PrometheusServer {
             port,
             log_path,
         };
-        let deadline = tokio::time::Instant::now() + SERVER_START_TIMEOUT;
-        let mut poll = tokio::time::interval(SERVER_POLL_INTERVAL);
-        loop {
-            poll.tick().await;
+        let ready = poll_until(SERVER_START_TIMEOUT, async || {
             if http_get(server.addr(), "/-/ready")
                 .await
                 .is_ok_and(|r| r.status == 200)
             {
-                return server;
+                return Ok(());
             }
             if let Some(status) = server.child.try_wait().unwrap() {
                 panic!(
@@ -114,13 +107,16 @@ impl PrometheusServer {
                     server.log()
                 );
             }
-            if tokio::time::Instant::now() > deadline {
-                panic!(
-                    "prometheus was not ready on port {port} within {SERVER_START_TIMEOUT:?}:\n{}",
-                    server.log()
-                );
-            }
+            Err(())
+        })
+        .await;
+        if ready.is_err() {
+            panic!(
+                "prometheus was not ready on port {port} within {SERVER_START_TIMEOUT:?}:\n{}",
+                server.log()
+            );
         }
+        server
     }
 
     pub fn addr(&self) -> std::net::SocketAddr {

@@ -6,28 +6,28 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::{poll_until, require_tool};
+
 /// How long moto's server may take to listen.
 const SERVER_START_TIMEOUT: Duration = Duration::from_secs(60);
-const SERVER_POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Makes a missing Python environment fail a test instead of skipping it (CI sets it).
+pub const REQUIRE_PYTHON_DEPS_ENV: &str = "TRIBUTARY_REQUIRE_PYTHON_DEPS";
 
 /// The virtual environment of `scripts/python-test-deps`, or `None` (the caller skips,
 /// saying so) when it is missing and `TRIBUTARY_REQUIRE_PYTHON_DEPS` is not `1`; with it set
-/// (CI) a missing environment fails the test.
+/// (CI) a missing environment fails the test (see [`crate::require_tool`]).
+#[track_caller]
 pub fn python_deps() -> Option<PathBuf> {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let venv = workspace.join("target/python-test-deps");
     let ready = venv.join("bin/python").is_file() && venv.join("bin/moto_server").is_file();
-    if ready {
-        return Some(venv);
-    }
-    if std::env::var("TRIBUTARY_REQUIRE_PYTHON_DEPS").as_deref() == Ok("1") {
-        panic!(
-            "the Python test tools are missing and TRIBUTARY_REQUIRE_PYTHON_DEPS=1: run \
-             scripts/python-test-deps first"
-        );
-    }
-    println!("skipped: run scripts/python-test-deps first");
-    None
+    require_tool(
+        "the Python test environment (fastavro and moto, in target/python-test-deps)",
+        ready.then_some(venv),
+        "run scripts/python-test-deps first",
+        REQUIRE_PYTHON_DEPS_ENV,
+    )
 }
 
 /// A moto S3 server on a free local port, killed when dropped.
@@ -61,27 +61,27 @@ impl MotoServer {
             addr,
             _log_dir: log_dir,
         };
-        let deadline = tokio::time::Instant::now() + SERVER_START_TIMEOUT;
-        let mut poll = tokio::time::interval(SERVER_POLL_INTERVAL);
-        loop {
-            poll.tick().await;
+        let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+        let listening = poll_until(SERVER_START_TIMEOUT, async || {
             if tokio::net::TcpStream::connect(addr).await.is_ok() {
-                return server;
+                return Ok(());
             }
-            let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
             if let Some(status) = server.child.try_wait().unwrap() {
                 panic!(
                     "moto_server exited with {status} before listening:\n{}",
                     log()
                 );
             }
-            if tokio::time::Instant::now() > deadline {
-                panic!(
-                    "moto_server did not listen on {addr} within {SERVER_START_TIMEOUT:?}:\n{}",
-                    log()
-                );
-            }
+            Err(())
+        })
+        .await;
+        if listening.is_err() {
+            panic!(
+                "moto_server did not listen on {addr} within {SERVER_START_TIMEOUT:?}:\n{}",
+                log()
+            );
         }
+        server
     }
 
     /// `http://127.0.0.1:<port>`.

@@ -5,8 +5,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes};
-use tokio::time::Instant;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+
+use crate::eventually::eventually;
 
 /// How long a node may take to write `<data-dir>/root-connection-string` once ready.
 const ROOT_FILE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -55,23 +56,18 @@ impl Decoder for RawCodec {
 pub async fn root_connection_string(data_dir: &Path) -> String {
     use std::os::unix::fs::PermissionsExt as _;
     let path = data_dir.join("root-connection-string");
-    let deadline = Instant::now() + ROOT_FILE_TIMEOUT;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(&path) {
-            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
-            assert_eq!(
-                mode & 0o777,
-                0o600,
-                "{} is readable by others",
-                path.display()
-            );
-            return text.trim().to_owned();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} not written within {ROOT_FILE_TIMEOUT:?}",
-            path.display()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let text = eventually(
+        ROOT_FILE_TIMEOUT,
+        format!("{} written", path.display()),
+        async || std::fs::read_to_string(&path),
+    )
+    .await;
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+    assert_eq!(
+        mode & 0o777,
+        0o600,
+        "{} is readable by others",
+        path.display()
+    );
+    text.trim().to_owned()
 }

@@ -92,6 +92,10 @@ pub fn metrics_handle() -> PrometheusHandle {
                 "tributary_storage_fsyncs_total",
                 "Durable storage commits (each one fsync), across all shards"
             );
+            metrics::describe_counter!(
+                "tributary_storage_replayed_batches_total",
+                "Write-ahead log batches replayed when the storage shards opened (0 after a clean stop)"
+            );
             metrics::describe_histogram!(
                 "tributary_storage_commit_batch_writes",
                 "Writes merged into one storage transaction (group commit)"

@@ -650,9 +650,12 @@ fn open_log(
     let legacy = crate::wal::read_legacy(&legacy_path, generation)?;
     let dir = path.with_extension("segments");
     let (wal, replay) = Wal::open(&dir, from, config.segment_bytes_max)?;
-    if !legacy.is_empty() || !replay.is_empty() {
+    let replayed = legacy.len() + replay.len();
+    // Zero after a clean stop: its final checkpoint left nothing to replay.
+    metrics::counter!("tributary_storage_replayed_batches_total").increment(replayed as u64);
+    if replayed > 0 {
         tracing::info!(
-            batches = legacy.len() + replay.len(),
+            batches = replayed,
             path = %dir.display(),
             "replaying the storage log"
         );

@@ -35,7 +35,7 @@ pub use manage::{
 pub use read::{PartitionProperties, PartitionReaders, ReadBatch, ReadRequest, ReadStream};
 pub use rules::{RuleKeyKind, RuleKeys};
 pub use send::{SendReply, SendRequest};
-pub use store::{Checkpoint, Claim, Ownership};
+pub use store::{Checkpoint, CheckpointUpdate, Claim, ClaimRequest, Ownership};
 
 // The domain types the calls take and return.
 pub use crate::broker::Target;

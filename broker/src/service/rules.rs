@@ -82,17 +82,21 @@ impl Service {
         Ok(self.keys(&scope, rule))
     }
 
-    /// Replaces one of a rule's keys, with `new_key` or (empty) a random one.
+    /// Replaces one of a rule's keys (`None`: the request named neither), with `new_key` or
+    /// (empty) a random one.
     pub async fn regenerate_rule_key(
         &self,
         credential: &Credential,
         hub: &str,
         name: &str,
-        key: RuleKeyKind,
+        key: Option<RuleKeyKind>,
         new_key: String,
     ) -> Result<RuleKeys, Error> {
         let scope = rule_scope(hub);
         self.check(credential, auth_scope(&scope), Rights::MANAGE)?;
+        let key = key.ok_or_else(|| {
+            Error::invalid("say which key to regenerate: the primary or the secondary")
+        })?;
         let new_key = if new_key.is_empty() {
             random_key()
         } else {

@@ -9,6 +9,24 @@ use crate::error::Error;
 
 pub use tributary_controller::store::{Checkpoint, Claim, Ownership};
 
+/// A claim as front ends receive it: the partition id as text.
+#[derive(Debug, Clone, Default)]
+pub struct ClaimRequest {
+    pub partition_id: String,
+    pub owner_id: String,
+    /// `None`: claim only if nobody ever owned the partition.
+    pub etag: Option<String>,
+}
+
+/// A checkpoint as front ends receive it: the partition id and offset as text (as events
+/// carry them).
+#[derive(Debug, Clone, Default)]
+pub struct CheckpointUpdate {
+    pub partition_id: String,
+    pub offset: String,
+    pub sequence_number: i64,
+}
+
 impl Service {
     /// Every ownership record of a consumer group (empty: `$Default`), by partition index.
     pub async fn list_ownership(
@@ -27,37 +45,54 @@ impl Service {
         credential: &Credential,
         hub: &str,
         group: &str,
-        claims: Vec<Claim>,
+        claims: Vec<ClaimRequest>,
     ) -> Result<Vec<(u16, Ownership)>, Error> {
         self.check(credential, Scope::Hub(hub), Rights::LISTEN)?;
+        let claims = claims
+            .into_iter()
+            .map(|c| {
+                Ok(Claim {
+                    partition: partition_index(&c.partition_id)?,
+                    owner_id: c.owner_id,
+                    etag: c.etag,
+                })
+            })
+            .collect::<Result<Vec<Claim>, Error>>()?;
         self.store
             .claim_ownership(hub, consumer_group(group), claims)
             .await
     }
 
     /// Stores a checkpoint; with `owner`, only while that instance owns the partition.
-    #[allow(clippy::too_many_arguments)]
+    /// Returns the partition's index and the stored record.
     pub async fn update_checkpoint(
         &self,
         credential: &Credential,
         hub: &str,
         group: &str,
-        partition: u16,
-        offset: i64,
-        sequence_number: i64,
+        update: CheckpointUpdate,
         owner: Option<&str>,
-    ) -> Result<Checkpoint, Error> {
+    ) -> Result<(u16, Checkpoint), Error> {
         self.check(credential, Scope::Hub(hub), Rights::LISTEN)?;
-        self.store
+        let partition = partition_index(&update.partition_id)?;
+        let offset = update.offset.parse::<i64>().map_err(|_| {
+            Error::invalid(format!(
+                "offset '{}' is not an offset: offsets are decimal integers, as events carry them",
+                update.offset
+            ))
+        })?;
+        let stored = self
+            .store
             .update_checkpoint(
                 hub,
                 consumer_group(group),
                 partition,
                 offset,
-                sequence_number,
+                update.sequence_number,
                 owner,
             )
-            .await
+            .await?;
+        Ok((partition, stored))
     }
 
     /// Every checkpoint of a consumer group, by partition index.
@@ -72,4 +107,17 @@ impl Service {
             .list_checkpoints(hub, consumer_group(group))
             .await
     }
+}
+
+/// A partition id as the checkpoint store writes it: the partition's index in decimal.
+fn partition_index(partition_id: &str) -> Result<u16, Error> {
+    partition_id
+        .parse::<u16>()
+        .ok()
+        .filter(|p| p.to_string() == partition_id)
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "partition id '{partition_id}' is not a partition id: ids are 0, 1, 2, ... up to the hub's partition count minus one"
+            ))
+        })
 }

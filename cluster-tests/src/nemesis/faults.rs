@@ -5,10 +5,10 @@ use std::time::Duration;
 use rand::Rng as _;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom as _;
-use tokio::time::Instant;
 use tributary_client::Client;
 
 use crate::containers::{ContainerCluster, NodeState, STORAGE_FAILED_EXIT_CODE};
+use crate::eventually::poll_until;
 
 /// Every fault the suite can inject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum)]
@@ -365,16 +365,14 @@ async fn rolling_restart(cluster: &mut ContainerCluster) -> anyhow::Result<()> {
         let other = cluster.endpoint((i + 1) % cluster.len());
         let client = Client::connect(&other).await?;
         client.drain_node(id, true).await?;
-        let deadline = Instant::now() + DRAIN_WAIT;
-        while Instant::now() < deadline {
+        // Stopped after DRAIN_WAIT even if it still leads something.
+        let _ = poll_until(DRAIN_WAIT, async || {
             let leads = status(cluster)
                 .await
                 .is_none_or(|s| s.partitions.iter().any(|p| p.leader == id));
-            if !leads {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+            if leads { Err(()) } else { Ok(()) }
+        })
+        .await;
         cluster.stop(i).await?;
         cluster.start_node(i).await?;
         cluster.wait_ready(i, READY_WAIT).await?;
@@ -385,16 +383,16 @@ async fn rolling_restart(cluster: &mut ContainerCluster) -> anyhow::Result<()> {
 
 /// Waits until the cluster status shows no under-replicated partition and every node up.
 pub async fn wait_all_caught_up(cluster: &ContainerCluster, timeout: Duration) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if let Some(status) = status(cluster).await
-            && status.under_replicated == 0
-            && status.nodes.iter().all(|n| n.up)
-            && status.moves.is_empty()
+    poll_until(timeout, async || match status(cluster).await {
+        Some(status)
+            if status.under_replicated == 0
+                && status.nodes.iter().all(|n| n.up)
+                && status.moves.is_empty() =>
         {
-            return true;
+            Ok(())
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    false
+        _ => Err(()),
+    })
+    .await
+    .is_ok()
 }

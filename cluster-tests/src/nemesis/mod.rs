@@ -26,6 +26,7 @@ use tokio::time::Instant;
 use tributary_client::{Client, EventPosition, replica_digest};
 
 use crate::containers::{ContainerCluster, ContainerClusterSpec, NodeState};
+use crate::eventually::poll_until;
 use checker::{Bounds, CheckReport};
 use faults::{NemesisKind, Undo};
 use history::{FaultRecord, FinalPartition, History, Millis};
@@ -340,7 +341,7 @@ async fn wait_available(
         latest = latest.max(probe.await.ok()??);
     }
     // Management and the checkpoint store, through any node.
-    'calls: loop {
+    poll_until(deadline, async || {
         for i in 0..cluster.len() {
             let Ok(client) = Client::connect(&cluster.endpoint(i)).await else {
                 continue;
@@ -355,14 +356,13 @@ async fn wait_available(
                 Ok::<_, tributary_client::ClientError>(())
             };
             if let Ok(Ok(())) = tokio::time::timeout(Duration::from_secs(5), calls).await {
-                break 'calls;
+                return Ok(());
             }
         }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        Err(())
+    })
+    .await
+    .ok()?;
     Some(latest.max(recorder.now_ms()))
 }
 
@@ -439,8 +439,7 @@ async fn loop_until_converged(
     hub: &str,
     partition: &str,
 ) -> (anyhow::Result<Vec<history::Delivered>>, ReplicaDigests) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    let converged = poll_until(Duration::from_secs(60), async || {
         let events = read_partition(cluster, hub, partition).await;
         let replicas = replica_digests(cluster, hub, partition).await;
         let count = events.as_ref().map_or(u64::MAX, |e| e.len() as u64);
@@ -448,11 +447,15 @@ async fn loop_until_converged(
             && replicas
                 .values()
                 .all(|r| r == replicas.values().next().expect("not empty") && r.1 == count);
-        if agreed || Instant::now() >= deadline {
-            return (events, replicas);
+        if agreed {
+            Ok((events, replicas))
+        } else {
+            Err((events, replicas))
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    })
+    .await;
+    // Not converged in time: the last look, for the checker to judge.
+    converged.unwrap_or_else(|timed_out| timed_out.last)
 }
 
 async fn read_partition(
@@ -532,8 +535,8 @@ type NameSet = std::collections::BTreeSet<String>;
 async fn managed_names(cluster: &ContainerCluster) -> (Option<NameSet>, Option<NameSet>) {
     let mut hubs = None;
     let mut groups = None;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while (hubs.is_none() || groups.is_none()) && Instant::now() < deadline {
+    // Given up after a while: what was listed by then.
+    let _ = poll_until(Duration::from_secs(60), async || {
         for i in 0..cluster.len() {
             let Ok(client) = Client::connect(&cluster.endpoint(i)).await else {
                 continue;
@@ -562,13 +565,12 @@ async fn managed_names(cluster: &ContainerCluster) -> (Option<NameSet>, Option<N
                 );
             }
             if hubs.is_some() && groups.is_some() {
-                break;
+                return Ok(());
             }
         }
-        if hubs.is_none() || groups.is_none() {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    }
+        Err(())
+    })
+    .await;
     (hubs, groups)
 }
 

@@ -21,6 +21,8 @@ use tributary_client::{
     LoadBalancingStrategy, PartitionContext, ReceivedEvent, RunningProcessor,
 };
 
+use crate::eventually::poll_until;
+
 use super::history::{
     CallOutcome, CheckpointSample, Delivered, EventId, History, ManagementOp, ManagementRecord,
     Millis, ProcessorCall, ReaderRecord, SendOutcome, SendRecord,
@@ -333,8 +335,8 @@ impl Workload {
     /// Waits until every plain reader has delivered through `last_sequence[partition]` (or
     /// `timeout` passes), then stops them.
     pub async fn stop_readers(&mut self, last_sequence: &BTreeMap<String, i64>, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
+        // Stopped when the timeout passes, caught up or not (the checker judges).
+        let _ = poll_until(timeout, async || {
             let behind = self.recorder.with(|h| {
                 h.readers.iter().any(|r| {
                     let last = r.events.last().map_or(-1, |e| e.sequence);
@@ -343,11 +345,9 @@ impl Workload {
                         .is_some_and(|end| last < *end)
                 })
             });
-            if !behind {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+            if behind { Err(()) } else { Ok(()) }
+        })
+        .await;
         self.readers_stop.stop();
         while self.readers.join_next().await.is_some() {}
     }

@@ -13,6 +13,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tributary_cluster_tests::eventually;
 use tributary_cluster_tests::python_tools::{MotoServer, python_deps};
 
 use serde_json::Value;
@@ -29,7 +30,6 @@ const ACKS_PER_STEP: usize = 150;
 /// How long capture may take to write everything after the sends stop.
 const CAPTURE_TIMEOUT: Duration = Duration::from_secs(60);
 const STEP_TIMEOUT: Duration = Duration::from_secs(60);
-const POLL: Duration = Duration::from_millis(100);
 
 /// An acknowledged event: where the service put it and what it was.
 #[derive(Debug, Clone)]
@@ -240,14 +240,14 @@ impl Producer {
     /// Waits for `count` more acknowledged sends.
     async fn wait_for_acks(&self, count: usize) {
         let target = self.acked.lock().unwrap().len() + count;
-        let deadline = Instant::now() + STEP_TIMEOUT;
-        while self.acked.lock().unwrap().len() < target {
-            assert!(
-                Instant::now() < deadline,
-                "fewer than {count} sends were acknowledged within {STEP_TIMEOUT:?}"
-            );
-            tokio::time::sleep(POLL).await;
-        }
+        let what = format!("{count} more sends acknowledged");
+        eventually(STEP_TIMEOUT, what, async || {
+            match self.acked.lock().unwrap().len() {
+                acked if acked >= target => Ok(()),
+                acked => Err(format!("{acked} of {target} acknowledged")),
+            }
+        })
+        .await;
     }
 
     async fn stop(self) -> Vec<Acked> {
@@ -263,20 +263,18 @@ async fn wait_until_captured(client: &Client, partitions: &[&str]) -> BTreeMap<S
     let deadline = Instant::now() + CAPTURE_TIMEOUT;
     let mut last = BTreeMap::new();
     for partition in partitions {
-        loop {
-            let properties = client.get_partition_properties(HUB, partition).await;
-            if let Ok(p) = &properties
-                && p.capture_next_sequence_number == p.last_enqueued_sequence_number + 1
-            {
-                last.insert(partition.to_string(), p.last_enqueued_sequence_number);
-                break;
+        let what =
+            format!("partition {partition} captured (within {CAPTURE_TIMEOUT:?} of the first)");
+        let captured = eventually(deadline, what, async || {
+            match client.get_partition_properties(HUB, partition).await {
+                Ok(p) if p.capture_next_sequence_number == p.last_enqueued_sequence_number + 1 => {
+                    Ok(p.last_enqueued_sequence_number)
+                }
+                properties => Err(format!("{properties:?}")),
             }
-            assert!(
-                Instant::now() < deadline,
-                "partition {partition} not captured within {CAPTURE_TIMEOUT:?}: {properties:?}"
-            );
-            tokio::time::sleep(POLL).await;
-        }
+        })
+        .await;
+        last.insert(partition.to_string(), captured);
     }
     last
 }

@@ -29,15 +29,18 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use serde_norway::Value;
-use tokio::time::Instant;
 use tributary_cluster_tests::containers::{IMAGE_DEFAULT, create_network, docker, image_exists};
-use tributary_cluster_tests::{TestDir, binary_path, http_get, http_post};
+use tributary_cluster_tests::{
+    REQUIRED_VALUE, TestDir, binary_path, eventually, http_get, http_post, is_required, poll_until,
+    require_tool,
+};
 
+/// Set to `1` by scripts/chart-check, which provides what this test needs.
+const CHART_CHECK_ENV: &str = "TRIBUTARY_CHART_CHECK";
 const RELEASE: &str = "tributary";
 const NAMESPACE: &str = "default";
 /// How long pods may take to pass their probes (the cluster forms meanwhile).
 const READY_TIMEOUT: Duration = Duration::from_secs(180);
-const POLL_INTERVAL: Duration = Duration::from_millis(250);
 
 /// The rendered manifests.
 struct Rendered {
@@ -399,20 +402,16 @@ fn port_of(container: &Value, port: &Value) -> u16 {
 /// Waits until `GET path` answers 200; panics with the container's last log lines if it
 /// does not within [`READY_TIMEOUT`].
 async fn await_ok(addr: SocketAddr, path: &str, what: &str, container: &str) {
-    let started = Instant::now();
-    loop {
-        let response = http_get(addr, path).await;
-        if response.as_ref().is_ok_and(|r| r.status == 200) {
-            return;
-        }
-        if started.elapsed() >= READY_TIMEOUT {
-            panic!(
-                "{what}: GET {addr}{path} did not answer 200 within {READY_TIMEOUT:?}: \
-                 {response:?}; log:\n{}",
-                logs(container).await
-            );
-        }
-        tokio::time::sleep(POLL_INTERVAL).await;
+    let answered = poll_until(READY_TIMEOUT, async || match http_get(addr, path).await {
+        Ok(r) if r.status == 200 => Ok(()),
+        response => Err(format!("{response:?}")),
+    })
+    .await;
+    if let Err(timed_out) = answered {
+        panic!(
+            "{what}: GET {addr}{path} answering 200: {timed_out}; log:\n{}",
+            logs(container).await
+        );
     }
 }
 
@@ -449,27 +448,38 @@ fn kubernetes_expansion_replaces_defined_variables_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rendered_statefulset_forms_a_cluster_that_serves_and_answers_its_probes() {
-    if std::env::var("TRIBUTARY_CHART_CHECK").as_deref() != Ok("1") {
-        println!(
-            "chart test skipped: it needs Docker, the {IMAGE_DEFAULT} image and helm; \
-             scripts/chart-check provides them and runs this test"
-        );
+    // Only scripts/chart-check runs this test; with its variable set, whatever the test
+    // needs must be there.
+    let chart_check = &format!("{CHART_CHECK_ENV}={REQUIRED_VALUE}");
+    let how_to_run = &format!(
+        "scripts/chart-check provides Docker, the {IMAGE_DEFAULT} image and helm, and runs \
+         this test with it"
+    );
+    let opted_in = is_required(CHART_CHECK_ENV).then_some(());
+    if require_tool(chart_check, opted_in, how_to_run, CHART_CHECK_ENV).is_none() {
         return;
     }
     let helm = std::env::var_os("TRIBUTARY_HELM").map_or_else(
         || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/helm-tools/bin/helm"),
         PathBuf::from,
     );
-    assert!(
-        helm.exists(),
-        "{} is missing: scripts/helm-check installs it",
-        helm.display()
-    );
+    let Some(helm) = require_tool(
+        &helm.display().to_string(),
+        helm.exists().then_some(helm.clone()),
+        "scripts/helm-check installs it",
+        CHART_CHECK_ENV,
+    ) else {
+        return;
+    };
     let image = std::env::var("TRIBUTARY_IMAGE").unwrap_or_else(|_| IMAGE_DEFAULT.to_owned());
-    assert!(
-        image_exists(&image).await,
-        "image {image} is missing: build it with scripts/docker-image"
-    );
+    let Some(()) = require_tool(
+        &format!("the image {image}"),
+        image_exists(&image).await.then_some(()),
+        "build it with scripts/docker-image",
+        CHART_CHECK_ENV,
+    ) else {
+        return;
+    };
     let dir = TestDir::new("chart");
     let rendered = Rendered::render(&helm);
 
@@ -731,8 +741,8 @@ async fn the_rendered_statefulset_forms_a_cluster_that_serves_and_answers_its_pr
         &name,
     )
     .await;
-    let started = Instant::now();
-    loop {
+    let what = "pod 0 up and undrained by itself after its restart";
+    eventually(READY_TIMEOUT, what, async || {
         let status = cluster_status().await;
         let node10 = status["nodes"]
             .as_array()
@@ -742,13 +752,11 @@ async fn the_rendered_statefulset_forms_a_cluster_that_serves_and_answers_its_pr
             .cloned()
             .unwrap();
         if node10["up"] == true && node10["draining"] == false {
-            break;
+            Ok(())
+        } else {
+            Err(node10)
         }
-        assert!(
-            started.elapsed() < READY_TIMEOUT,
-            "pod 0 did not undrain itself after its restart: {node10}"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    })
+    .await;
     println!("pod 0 drained, stopped, restarted and undrained itself");
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tributary_client::checkpoints::{Claim, Ownership};
 use tributary_client::{CheckpointStore, Client, ClusterCheckpointStore};
-use tributary_cluster_tests::{LocalCluster, TestDir};
+use tributary_cluster_tests::{LocalCluster, TestDir, eventually};
 
 const HUB: &str = "store";
 const GROUP: &str = "billing";
@@ -87,8 +87,8 @@ async fn writer(
 }
 
 async fn wait_for_progress(acked: &Arc<Mutex<BTreeMap<u32, Acked>>>, at_least: i64, what: &str) {
-    let started = Instant::now();
-    loop {
+    let awaited = format!("{what}: {at_least} acknowledged checkpoints in every partition");
+    eventually(STEP_TIMEOUT, awaited, async || {
         let slowest = acked
             .lock()
             .unwrap()
@@ -97,14 +97,12 @@ async fn wait_for_progress(acked: &Arc<Mutex<BTreeMap<u32, Acked>>>, at_least: i
             .min()
             .unwrap_or(0);
         if slowest >= at_least {
-            return;
+            Ok(())
+        } else {
+            Err(format!("the slowest partition has {slowest}"))
         }
-        assert!(
-            started.elapsed() < STEP_TIMEOUT,
-            "{what}: the slowest partition has {slowest} acknowledged checkpoints, waiting for {at_least}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
 }
 
 /// Item 4 of the consumer-group issue.

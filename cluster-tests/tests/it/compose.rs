@@ -16,8 +16,12 @@ use futures::StreamExt;
 use tokio::time::Instant;
 use tributary_client::{Client, EventData, EventPosition, SendTarget};
 use tributary_cluster_tests::containers::{IMAGE_DEFAULT, image_exists};
-use tributary_cluster_tests::{free_port, test_seed};
+use tributary_cluster_tests::{
+    REQUIRED_VALUE, free_port, is_required, poll_until, require_tool, test_seed,
+};
 
+/// Set to `1` by scripts/compose-check, which provides what this test needs.
+const COMPOSE_CHECK_ENV: &str = "TRIBUTARY_COMPOSE_CHECK";
 const PARTITIONS: u32 = 3;
 const CLUSTER_UP_TIMEOUT: Duration = Duration::from_secs(180);
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -79,19 +83,33 @@ fn compose_file() -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compose_file_brings_up_a_working_three_node_cluster() {
-    if std::env::var("TRIBUTARY_COMPOSE_CHECK").as_deref() != Ok("1") {
-        println!(
-            "compose test skipped: it needs the {IMAGE_DEFAULT} image; scripts/compose-check \
-             builds it and runs this test"
-        );
+    // Only scripts/compose-check runs this test; with its variable set, whatever the test
+    // needs must be there.
+    let compose_check = &format!("{COMPOSE_CHECK_ENV}={REQUIRED_VALUE}");
+    let how_to_run = &format!(
+        "scripts/compose-check builds the {IMAGE_DEFAULT} image and runs this test with it"
+    );
+    let opted_in = is_required(COMPOSE_CHECK_ENV).then_some(());
+    if require_tool(compose_check, opted_in, how_to_run, COMPOSE_CHECK_ENV).is_none() {
         return;
     }
-    let tool = compose_tool().expect("neither `docker compose` nor `docker-compose` answers");
+    let Some(tool) = require_tool(
+        "a compose tool (`docker compose` or `docker-compose`) that answers",
+        compose_tool(),
+        "install Docker with its compose plugin",
+        COMPOSE_CHECK_ENV,
+    ) else {
+        return;
+    };
     let image = std::env::var("TRIBUTARY_IMAGE").unwrap_or_else(|_| IMAGE_DEFAULT.to_owned());
-    assert!(
-        image_exists(&image).await,
-        "image {image} is missing: build it with scripts/docker-image"
-    );
+    let Some(()) = require_tool(
+        &format!("the image {image}"),
+        image_exists(&image).await.then_some(()),
+        "build it with scripts/docker-image",
+        COMPOSE_CHECK_ENV,
+    ) else {
+        return;
+    };
     let seed = test_seed("compose");
     // A subnet and host ports of this run's own, so a developer's cluster can keep running.
     let subnet = format!("172.30.{}", 1 + seed % 250);
@@ -117,28 +135,25 @@ async fn compose_file_brings_up_a_working_three_node_cluster() {
 
     let endpoint = format!("http://127.0.0.1:{port}");
     let started = Instant::now();
-    let client = loop {
-        let up_nodes = match Client::connect(&endpoint).await {
-            Ok(client) => match client.cluster_status().await {
-                Ok(status) if status.controller_leader != 0 => {
-                    let up = status.nodes.iter().filter(|n| n.up).count();
-                    if up == 3 {
-                        break client;
-                    }
-                    format!("{up} nodes up")
+    let up = poll_until(CLUSTER_UP_TIMEOUT, async || {
+        let client = Client::connect(&endpoint)
+            .await
+            .map_err(|err| err.to_string())?;
+        match client.cluster_status().await {
+            Ok(status) if status.controller_leader != 0 => {
+                match status.nodes.iter().filter(|n| n.up).count() {
+                    3 => Ok(client),
+                    up => Err(format!("{up} nodes up")),
                 }
-                Ok(_) => "no controller leader yet".to_owned(),
-                Err(err) => err.to_string(),
-            },
-            Err(err) => err.to_string(),
-        };
-        assert!(
-            started.elapsed() < CLUSTER_UP_TIMEOUT,
-            "the cluster is not up after {CLUSTER_UP_TIMEOUT:?} ({up_nodes}); logs:\n{}",
-            project.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+            }
+            Ok(_) => Err("no controller leader yet".to_owned()),
+            Err(err) => Err(err.to_string()),
+        }
+    })
+    .await;
+    let client = up.unwrap_or_else(|timed_out| {
+        panic!("three nodes up: {timed_out}; logs:\n{}", project.logs())
+    });
     println!("three nodes up after {:?}", started.elapsed());
 
     client

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tributary_client::{Client, EventData, SendTarget};
-use tributary_cluster_tests::{LocalCluster, TestDir, cli, cli_ok, describe_output};
+use tributary_cluster_tests::{LocalCluster, TestDir, cli, cli_ok, describe_output, eventually};
 
 const PARTITIONS: u32 = 12;
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -26,18 +26,17 @@ async fn await_leaders(
     done: impl Fn(&[(u64, u32)]) -> bool,
 ) -> Duration {
     let started = Instant::now();
-    loop {
+    let counts = eventually(SETTLE_TIMEOUT, what, async || {
         let counts = leaders(client).await;
         if done(&counts) {
-            println!("{what} after {:?}: {counts:?}", started.elapsed());
-            return started.elapsed();
+            Ok(counts)
+        } else {
+            Err(format!("leaders per node {counts:?}"))
         }
-        assert!(
-            started.elapsed() < SETTLE_TIMEOUT,
-            "{what} did not happen within {SETTLE_TIMEOUT:?}: {counts:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await;
+    println!("{what} after {:?}: {counts:?}", started.elapsed());
+    started.elapsed()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -85,25 +84,32 @@ async fn drain_moves_every_leader_away_without_failed_sends_and_undrain_brings_t
     let await_sends = |at_least: u64| {
         let sent = sent.clone();
         async move {
-            let started = Instant::now();
-            while sent.load(Ordering::Relaxed) < at_least {
-                assert!(started.elapsed() < SETTLE_TIMEOUT, "the producer is stuck");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            let what = format!("{at_least} sends (the producer is stuck otherwise)");
+            eventually(SETTLE_TIMEOUT, what, async || {
+                match sent.load(Ordering::Relaxed) {
+                    done if done >= at_least => Ok(()),
+                    done => Err(format!("{done} sends")),
+                }
+            })
+            .await;
         }
     };
     await_sends(20).await;
     cli_ok(&endpoints[0], &["node", "drain", "1"]).await;
     // Every node's status shows it drained (each node's view follows the controller).
-    let drained_at = Instant::now();
-    loop {
-        let status = client.cluster_status().await.unwrap();
-        if status.nodes.iter().any(|n| n.id == 1 && n.draining) {
-            break;
-        }
-        assert!(drained_at.elapsed() < SETTLE_TIMEOUT, "{status:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(
+        SETTLE_TIMEOUT,
+        "node 1 draining in the status",
+        async || {
+            let status = client.cluster_status().await.unwrap();
+            if status.nodes.iter().any(|n| n.id == 1 && n.draining) {
+                Ok(())
+            } else {
+                Err(format!("{status:?}"))
+            }
+        },
+    )
+    .await;
     let took = await_leaders(&client, "node 1 drained", |counts| {
         counts.iter().any(|(id, l)| *id == 1 && *l == 0)
     })

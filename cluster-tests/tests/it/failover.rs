@@ -12,9 +12,11 @@ use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
 use tokio::time::Instant;
 use tributary_client::{Client, SendTarget, replica_digest};
-use tributary_cluster_tests::{LocalCluster, NodeProcess, TestDir, cli, cli_ok, test_seed};
+use tributary_cluster_tests::{
+    LocalCluster, NodeProcess, TestDir, cli, cli_ok, eventually, test_seed,
+};
 
-use crate::load::{Load, verify, wait_for};
+use crate::load::{Load, STEP_TIMEOUT, verify};
 
 /// Kill-and-restart rounds of the SIGKILL test.
 const KILL_ROUNDS: usize = 10;
@@ -165,7 +167,8 @@ async fn a_paused_leader_steps_down_and_loses_nothing() {
 
     // Another node is elected (a higher term) and takes sends while the old leader sleeps.
     let cluster_ref = &cluster;
-    let new_leader = wait_for(
+    let new_leader = eventually(
+        STEP_TIMEOUT,
         "another leader of the paused node's partition",
         move || async move {
             let leader = partition_leaders(cluster_ref, PAUSE_HUB, Some(paused)).await[partition];
@@ -199,16 +202,20 @@ async fn a_paused_leader_steps_down_and_loses_nothing() {
     // so. It must not lead again while the new leader runs.
     let old_client = &Client::connect(&endpoints[paused]).await.unwrap();
     let resumed_at = Instant::now();
-    wait_for("the resumed leader to step down", move || async move {
-        match old_client
-            .replica_events_page(PAUSE_HUB, PAUSED_PARTITION, i64::MAX, 1)
-            .await
-        {
-            Ok(page) if !page.is_leader => Ok(()),
-            Ok(_) => Err(format!("node {old_leader} still says it leads")),
-            Err(e) => Err(e.to_string()),
-        }
-    })
+    eventually(
+        STEP_TIMEOUT,
+        "the resumed leader stepped down",
+        move || async move {
+            match old_client
+                .replica_events_page(PAUSE_HUB, PAUSED_PARTITION, i64::MAX, 1)
+                .await
+            {
+                Ok(page) if !page.is_leader => Ok(()),
+                Ok(_) => Err(format!("node {old_leader} still says it leads")),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
     .await;
     eprintln!(
         "node {old_leader} stepped down {} ms after it was resumed",
@@ -367,8 +374,9 @@ fn leading_most(leaders: &[u64], busiest: &[usize]) -> usize {
 /// The leader of every partition of `hub`, in partition order, as the cluster status
 /// (asked of a running node other than `skip`) reports it; waits until each has one.
 async fn partition_leaders(cluster: &LocalCluster, hub: &str, skip: Option<usize>) -> Vec<u64> {
-    wait_for(
-        &format!("a leader for every partition of {hub}"),
+    eventually(
+        STEP_TIMEOUT,
+        format!("a leader for every partition of {hub}"),
         move || async move {
             let mut last = String::from("no running node to ask");
             for (i, node) in cluster.nodes.iter().enumerate() {
@@ -416,7 +424,7 @@ async fn wait_caught_up(
         for (i, node) in cluster.nodes.iter().enumerate() {
             if i != restarted {
                 let endpoint = &node.endpoint();
-                let next = wait_for("the other replicas' progress", move || {
+                let next = eventually(STEP_TIMEOUT, "the other replicas' progress", move || {
                     next_sequence(endpoint, hub, p)
                 })
                 .await;
@@ -427,8 +435,9 @@ async fn wait_caught_up(
     }
     let endpoint = &cluster.nodes[restarted].endpoint();
     for (p, target) in (0..partitions).zip(&targets) {
-        wait_for(
-            &format!("the restarted node's replica of partition {p} to catch up to {target}"),
+        eventually(
+            STEP_TIMEOUT,
+            format!("the restarted node's replica of partition {p} caught up to {target}"),
             move || async move {
                 let next = next_sequence(endpoint, hub, p).await?;
                 if next >= *target {

@@ -3,7 +3,6 @@
 //! replica of every partition holds the identical, gap-free events, every acknowledged
 //! event where its ack put it and everything a consumer saw.
 
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,11 +11,10 @@ use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 use tributary_client::{
     Client, EventData, EventPosition, ReceivedEvent, ReplicaEvent, SendTarget, body_checksum,
 };
-use tributary_cluster_tests::LocalCluster;
+use tributary_cluster_tests::{LocalCluster, eventually};
 
 /// Events per batch at most.
 const BATCH_EVENTS_MAX: usize = 4;
@@ -31,7 +29,6 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 const RECEIVE_BATCH_EVENTS: u32 = 300;
 /// Waiting for acknowledgements, a leader, a catch-up or converged replicas.
 pub(crate) const STEP_TIMEOUT: Duration = Duration::from_secs(60);
-pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// Producers and consumers stop this long after being told to at most.
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -139,8 +136,9 @@ impl Load {
     /// Waits until `count` more events are acknowledged.
     pub(crate) async fn wait_for_acks(&self, count: u64, when: &str) {
         let target = self.acked_total() + count;
-        wait_for(
-            &format!("{count} acknowledged events {when}"),
+        eventually(
+            STEP_TIMEOUT,
+            format!("{count} acknowledged events {when}"),
             move || async move {
                 let acked = self.acked_total();
                 if acked >= target {
@@ -156,8 +154,9 @@ impl Load {
     /// Waits until each of `partitions` has acknowledged another event.
     pub(crate) async fn wait_for_acks_to(&self, partitions: &[usize], when: &str) {
         let before = &self.acked_per_partition();
-        wait_for(
-            &format!("a new acknowledged event in partitions {partitions:?} {when}"),
+        eventually(
+            STEP_TIMEOUT,
+            format!("a new acknowledged event in partitions {partitions:?} {when}"),
             move || async move {
                 let now = self.acked_per_partition();
                 let waiting: Vec<usize> = partitions
@@ -364,26 +363,6 @@ pub(crate) async fn connect(endpoint: &str) -> Client {
         .with_retry_deadline(SEND_RETRY_DEADLINE)
 }
 
-/// Polls `check` until it gives a value; panics with its last complaint after
-/// [`STEP_TIMEOUT`].
-pub(crate) async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, String>>,
-{
-    let deadline = Instant::now() + STEP_TIMEOUT;
-    loop {
-        match check().await {
-            Ok(value) => return value,
-            Err(state) => assert!(
-                Instant::now() < deadline,
-                "waited {STEP_TIMEOUT:?} for {what}: {state}"
-            ),
-        }
-        tokio::time::sleep(POLL_INTERVAL).await;
-    }
-}
-
 /// Once every replica of every partition has applied the same number of events: the
 /// replicas are identical, gap-free from 0, every acknowledged event is where its ack said,
 /// and every event a consumer saw is there. Returns a summary.
@@ -488,8 +467,9 @@ pub(crate) async fn converged_replicas(
     partition: u32,
 ) -> Vec<ReplicaEvent> {
     let partition_id = &partition.to_string();
-    wait_for(
-        &format!("the replicas of {hub}/{partition} to converge"),
+    eventually(
+        STEP_TIMEOUT,
+        format!("the replicas of {hub}/{partition} converged"),
         move || async move {
             let holders = replica_nodes(cluster, hub, partition).await?;
             let mut lists = Vec::new();

@@ -31,6 +31,7 @@ mod retention;
 mod rolling_restart;
 mod sas_interop;
 mod script;
+mod shutdown;
 mod signals;
 mod throughput;
 mod tls;

@@ -11,7 +11,7 @@ use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
 use tokio::time::Instant;
 use tributary_client::{Client, SendTarget};
-use tributary_cluster_tests::{LocalCluster, TestDir, cli_ok, test_seed};
+use tributary_cluster_tests::{LocalCluster, TestDir, cli_ok, eventually, test_seed};
 use tributary_proto::v1::ClusterStatus;
 
 use crate::load::{Load, verify};
@@ -31,7 +31,6 @@ const PRODUCERS: u64 = 3;
 const ACKS_PER_STEP: u64 = 100;
 /// How long the cluster may take to reach balance after a change.
 const BALANCE_TIMEOUT: Duration = Duration::from_secs(360);
-const POLL: Duration = Duration::from_millis(500);
 
 fn any_partition(rng: &mut StdRng) -> SendTarget {
     SendTarget::PartitionId(rng.random_range(0..PARTITIONS).to_string())
@@ -51,20 +50,12 @@ async fn await_status(
     check: impl Fn(&ClusterStatus) -> Result<(), String>,
 ) -> Duration {
     let started = Instant::now();
-    loop {
-        let status = status(cluster).await;
-        match check(&status) {
-            Ok(()) => {
-                println!("{what} after {:?}", started.elapsed());
-                return started.elapsed();
-            }
-            Err(state) => assert!(
-                started.elapsed() < BALANCE_TIMEOUT,
-                "{what}: not after {BALANCE_TIMEOUT:?}: {state}"
-            ),
-        }
-        tokio::time::sleep(POLL).await;
-    }
+    eventually(BALANCE_TIMEOUT, what, async || {
+        check(&status(cluster).await)
+    })
+    .await;
+    println!("{what} after {:?}", started.elapsed());
+    started.elapsed()
 }
 
 /// No replica on `node`, none moving, every partition at full replication on other nodes.
@@ -167,27 +158,23 @@ async fn await_balance(
 ) -> Duration {
     let started = Instant::now();
     let mut reported = Instant::now();
-    loop {
+    let status = eventually(BALANCE_TIMEOUT, format!("{what}: balanced"), async || {
         let status = status(cluster).await;
         match balanced(&status, capacity_units, partitions) {
-            Ok(()) => {
-                let took = started.elapsed();
-                println!("{what}: balanced after {took:?}: {:?}", counts(&status));
-                return took;
-            }
+            Ok(()) => Ok(status),
             Err(state) => {
-                assert!(
-                    started.elapsed() < BALANCE_TIMEOUT,
-                    "{what}: not balanced after {BALANCE_TIMEOUT:?}: {state}"
-                );
                 if reported.elapsed() > Duration::from_secs(10) {
                     println!("{what}: after {:?}: {state}", started.elapsed());
                     reported = Instant::now();
                 }
+                Err(state)
             }
         }
-        tokio::time::sleep(POLL).await;
-    }
+    })
+    .await;
+    let took = started.elapsed();
+    println!("{what}: balanced after {took:?}: {:?}", counts(&status));
+    took
 }
 
 /// Item 2 of the placement issue.
@@ -356,18 +343,20 @@ async fn a_node_dead_past_the_timeout_is_replaced_and_back_drops_its_stale_repli
         .await;
 
     cluster.nodes[3].restart().await;
-    let started = Instant::now();
-    loop {
+    let what = format!("node 4 dropping its stale replicas of partitions {held:?}");
+    eventually(BALANCE_TIMEOUT, what, async || {
         let dropped = counter(&cluster, 3, "tributary_stale_replicas_dropped_total").await;
-        if dropped == held.len() as u64 {
-            break;
-        }
         assert!(
-            dropped < held.len() as u64 && started.elapsed() < BALANCE_TIMEOUT,
+            dropped <= held.len() as u64,
             "node 4 dropped {dropped} stale replicas; it held partitions {held:?}"
         );
-        tokio::time::sleep(POLL).await;
-    }
+        if dropped == held.len() as u64 {
+            Ok(())
+        } else {
+            Err(format!("{dropped} dropped"))
+        }
+    })
+    .await;
     for p in &held {
         assert!(
             !holds_replica(&cluster, 3, "dead", *p).await || {
@@ -450,17 +439,15 @@ async fn the_controller_leader_killed_during_moves_leaves_every_partition_a_quor
     });
 
     cluster.add_node(dir.path(), &[], ENV).await;
-    let in_flight = {
-        let started = Instant::now();
-        loop {
-            let status = status(&cluster).await;
-            if !status.moves.is_empty() {
-                break status;
-            }
-            assert!(started.elapsed() < BALANCE_TIMEOUT, "no move started");
-            tokio::time::sleep(Duration::from_millis(100)).await;
+    let in_flight = eventually(BALANCE_TIMEOUT, "a move under way", async || {
+        let status = status(&cluster).await;
+        if status.moves.is_empty() {
+            Err("no move started")
+        } else {
+            Ok(status)
         }
-    };
+    })
+    .await;
     let leader = in_flight.controller_leader;
     println!(
         "killing controller leader {leader} with {} moves under way: {:?}",

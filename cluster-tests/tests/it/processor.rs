@@ -14,7 +14,7 @@ use tributary_client::{
     EventProcessorOptions, LoadBalancingStrategy, PartitionContext, ReceivedEvent,
     RunningProcessor,
 };
-use tributary_cluster_tests::{NodeProcess, TestDir};
+use tributary_cluster_tests::{NodeProcess, TestDir, eventually};
 
 const HUB: &str = "processed";
 const GROUP: &str = "workers";
@@ -144,20 +144,23 @@ pub(crate) async fn owners(client: &Client, hub: &str, group: &str) -> BTreeMap<
 /// (sorted); returns how long it took.
 async fn wait_for_split(processors: &[&RunningProcessor], sizes: &[usize], what: &str) -> Duration {
     let started = Instant::now();
-    loop {
+    let what = format!("{what}: every partition owned, split {sizes:?}");
+    eventually(STEP_TIMEOUT, what, async || {
         let sets: Vec<BTreeSet<String>> = processors.iter().map(|p| p.owned_partitions()).collect();
         let mut counts: Vec<usize> = sets.iter().map(BTreeSet::len).collect();
         counts.sort_unstable();
         let union: BTreeSet<&String> = sets.iter().flatten().collect();
         if counts == sizes && union.len() == PARTITIONS as usize {
-            return started.elapsed();
+            Ok(())
+        } else {
+            Err(format!(
+                "owned {counts:?}, {} partitions in all",
+                union.len()
+            ))
         }
-        assert!(
-            started.elapsed() < STEP_TIMEOUT,
-            "{what}: owned {counts:?}, want {sizes:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
+    started.elapsed()
 }
 
 /// A one-node cluster with `hub` of `partitions` partitions and the processors' group.
@@ -343,20 +346,19 @@ async fn processors_settle_evenly_stay_put_and_hand_over_without_overlap() {
     let leaving: BTreeSet<String> = b.owned_partitions();
     let stopped_at = Instant::now();
     b.stop().await;
-    let moved_in = loop {
+    eventually(STEP_TIMEOUT, "b's partitions taken over", async || {
         let taken: BTreeSet<String> = [&a, &c, &d]
             .iter()
             .flat_map(|p| p.owned_partitions())
             .collect();
         if leaving.is_subset(&taken) {
-            break stopped_at.elapsed();
+            Ok(())
+        } else {
+            Err(format!("the others own {taken:?}"))
         }
-        assert!(
-            stopped_at.elapsed() < STEP_TIMEOUT,
-            "b's partitions were not taken over"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    })
+    .await;
+    let moved_in = stopped_at.elapsed();
     println!("b's partitions {leaving:?} were taken over in {moved_in:?}");
     assert!(
         moved_in <= INTERVAL.mul_f64(1.2) + ROUND_SLACK,
@@ -368,29 +370,30 @@ async fn processors_settle_evenly_stay_put_and_hand_over_without_overlap() {
     // Let everything sent be processed, then judge the history.
     stop_producing.send_replace(true);
     let acked = producer.await.unwrap();
-    let deadline = Instant::now() + STEP_TIMEOUT;
-    loop {
-        let processed: BTreeSet<(String, i64)> = history
-            .lock()
-            .unwrap()
-            .calls
-            .iter()
-            .flat_map(|c| c.sequences.iter().map(move |s| (c.partition.clone(), *s)))
-            .collect();
-        let missing = acked
-            .iter()
-            .flat_map(|(p, seqs)| seqs.iter().map(move |s| (p.clone(), *s)))
-            .filter(|e| !processed.contains(e))
-            .count();
-        if missing == 0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{missing} acknowledged events never processed"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(
+        STEP_TIMEOUT,
+        "every acknowledged event processed",
+        async || {
+            let processed: BTreeSet<(String, i64)> = history
+                .lock()
+                .unwrap()
+                .calls
+                .iter()
+                .flat_map(|c| c.sequences.iter().map(move |s| (c.partition.clone(), *s)))
+                .collect();
+            let missing = acked
+                .iter()
+                .flat_map(|(p, seqs)| seqs.iter().map(move |s| (p.clone(), *s)))
+                .filter(|e| !processed.contains(e))
+                .count();
+            if missing == 0 {
+                Ok(())
+            } else {
+                Err(format!("{missing} acknowledged events not processed"))
+            }
+        },
+    )
+    .await;
     for p in [a, c, d] {
         p.stop().await;
     }
@@ -515,8 +518,8 @@ async fn a_killed_processors_partitions_resume_at_their_checkpoints() {
     let survivor = spawn_process(&node.endpoint(), KILL_HUB, "survivor");
 
     // Both at work, with checkpoints behind them.
-    let started = Instant::now();
-    let doomed_partitions: BTreeSet<String> = loop {
+    let what = "both processors sharing the hub, with checkpoints";
+    let doomed_partitions: BTreeSet<String> = eventually(STEP_TIMEOUT, what, async || {
         let owners = owners(&client, KILL_HUB, GROUP).await;
         let mine: BTreeSet<String> = owners
             .iter()
@@ -531,14 +534,12 @@ async fn a_killed_processors_partitions_resume_at_their_checkpoints() {
             && mine.len() == KILL_PARTITIONS as usize / 2
             && checkpointed
         {
-            break mine;
+            Ok(mine)
+        } else {
+            Err(format!("owners {owners:?}, checkpointed: {checkpointed}"))
         }
-        assert!(
-            started.elapsed() < STEP_TIMEOUT,
-            "processors never shared the hub: {owners:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    })
+    .await;
     doomed.child.kill().await.unwrap();
     let killed_at = Instant::now();
     let survivor_seen_at_kill = survivor.events.lock().unwrap().len();
@@ -548,20 +549,20 @@ async fn a_killed_processors_partitions_resume_at_their_checkpoints() {
     );
 
     // Its partitions are claimed by the survivor within the expiration plus one round.
-    let taken = loop {
+    let what = "the killed processor's partitions taken over by the survivor";
+    eventually(STEP_TIMEOUT, what, async || {
         let owners = owners(&client, KILL_HUB, GROUP).await;
         if doomed_partitions
             .iter()
             .all(|p| owners.get(p).map(String::as_str) == Some("survivor"))
         {
-            break killed_at.elapsed();
+            Ok(())
+        } else {
+            Err(format!("owners {owners:?}"))
         }
-        assert!(
-            killed_at.elapsed() < STEP_TIMEOUT,
-            "never taken over: {owners:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    })
+    .await;
+    let taken = killed_at.elapsed();
     println!("taken over {taken:?} after the kill");
     assert!(
         taken <= EXPIRATION + INTERVAL.mul_f64(1.2) + ROUND_SLACK,
@@ -572,32 +573,35 @@ async fn a_killed_processors_partitions_resume_at_their_checkpoints() {
     tokio::time::sleep(INTERVAL).await;
     stop_producing.send_replace(true);
     let acked = producer.await.unwrap();
-    let deadline = Instant::now() + STEP_TIMEOUT;
-    loop {
-        let processed: BTreeSet<(String, i64)> = doomed
-            .events
-            .lock()
-            .unwrap()
-            .iter()
-            .chain(survivor.events.lock().unwrap().iter())
-            .cloned()
-            .collect();
-        let missing: Vec<(String, i64)> = acked
-            .iter()
-            .flat_map(|(p, seqs)| seqs.iter().map(move |s| (p.clone(), *s)))
-            .filter(|e| !processed.contains(e))
-            .collect();
-        if missing.is_empty() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} acknowledged events never processed, e.g. {:?}",
-            missing.len(),
-            &missing[..missing.len().min(5)]
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(
+        STEP_TIMEOUT,
+        "every acknowledged event processed",
+        async || {
+            let processed: BTreeSet<(String, i64)> = doomed
+                .events
+                .lock()
+                .unwrap()
+                .iter()
+                .chain(survivor.events.lock().unwrap().iter())
+                .cloned()
+                .collect();
+            let missing: Vec<(String, i64)> = acked
+                .iter()
+                .flat_map(|(p, seqs)| seqs.iter().map(move |s| (p.clone(), *s)))
+                .filter(|e| !processed.contains(e))
+                .collect();
+            if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} acknowledged events not processed, e.g. {:?}",
+                    missing.len(),
+                    &missing[..missing.len().min(5)]
+                ))
+            }
+        },
+    )
+    .await;
 
     // The survivor resumed each of the killed processor's partitions right after a
     // checkpoint no older than the last one the killed processor reported, so the only
@@ -746,16 +750,16 @@ async fn a_processor_cut_off_from_the_store_stops_when_its_ownership_could_expir
         .start()
         .await
         .unwrap();
-    let started = Instant::now();
-    while processor.owned_partitions().len() < CUT_PARTITIONS as usize
-        || history.lock().unwrap().calls.len() < 10
-    {
-        assert!(
-            started.elapsed() < STEP_TIMEOUT,
-            "the processor never got to work"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(STEP_TIMEOUT, "the processor at work", async || {
+        let owned = processor.owned_partitions().len();
+        let calls = history.lock().unwrap().calls.len();
+        if owned < CUT_PARTITIONS as usize || calls < 10 {
+            Err(format!("{owned} partitions owned, {calls} calls"))
+        } else {
+            Ok(())
+        }
+    })
+    .await;
     // The last renewal started before this moment, so the ownership may expire EXPIRATION
     // after it at the latest.
     store.cut.store(true, std::sync::atomic::Ordering::SeqCst);

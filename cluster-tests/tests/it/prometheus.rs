@@ -9,16 +9,15 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
-use tokio::time::Instant;
 use tributary_client::{CheckpointStore, Client, EventData, EventPosition, SendTarget};
 use tributary_cluster_tests::prometheus_tools::{PrometheusServer, prometheus_tools};
 use tributary_cluster_tests::{
-    LocalCluster, NodeProcess, TestDir, describe_output, http_get, output_within, workspace_dir,
+    LocalCluster, NodeProcess, TestDir, describe_output, eventually, http_get, output_within,
+    poll_until, workspace_dir,
 };
 
 /// Longest a series or a query result may take to appear.
 const METRICS_TIMEOUT: Duration = Duration::from_secs(60);
-const POLL_INTERVAL: Duration = Duration::from_millis(250);
 const PROMTOOL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Series that must be in the exposition once the node has seen traffic: per-hub labels,
@@ -99,19 +98,17 @@ async fn promtool_accepts_a_live_nodes_metrics() {
 /// The node's `/metrics` once it holds every one of `expected` (polled with a deadline:
 /// some gauges are sampled every few seconds).
 async fn metrics_with(node: &NodeProcess, expected: &[&str]) -> String {
-    let deadline = Instant::now() + METRICS_TIMEOUT;
-    loop {
+    let what = format!("/metrics with {expected:?}");
+    eventually(METRICS_TIMEOUT, what, async || {
         let body = http_get(node.http_addr(), "/metrics").await.unwrap().body;
         let missing: Vec<&&str> = expected.iter().filter(|s| !body.contains(**s)).collect();
         if missing.is_empty() {
-            return body;
+            Ok(body)
+        } else {
+            Err(format!("lacking {missing:?}:\n{body}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "/metrics lacks {missing:?} after {METRICS_TIMEOUT:?}:\n{body}"
-        );
-        tokio::time::sleep(POLL_INTERVAL).await;
-    }
+    })
+    .await
 }
 
 fn rules_dir() -> std::path::PathBuf {
@@ -217,20 +214,18 @@ async fn prometheus_sees_consumer_lag_and_under_replication_when_a_node_stops() 
 /// Polls an instant query until its single value satisfies `wanted`; panics with the last
 /// answer at the deadline.
 async fn wait_for_query(server: &PrometheusServer, promql: &str, wanted: impl Fn(f64) -> bool) {
-    let deadline = Instant::now() + METRICS_TIMEOUT;
-    loop {
+    let answered = poll_until(METRICS_TIMEOUT, async || {
         let answer = server.query(promql).await;
-        if let Ok([value]) = answer.as_deref()
-            && wanted(*value)
-        {
-            return;
+        match answer.as_deref() {
+            Ok([value]) if wanted(*value) => Ok(()),
+            _ => Err(format!("{answer:?}")),
         }
-        assert!(
-            Instant::now() < deadline,
-            "{promql} did not reach the wanted value within {METRICS_TIMEOUT:?}; last answer \
-             {answer:?}\nprometheus log:\n{}",
+    })
+    .await;
+    if let Err(timed_out) = answered {
+        panic!(
+            "{promql} at the wanted value: {timed_out}\nprometheus log:\n{}",
             server.log()
         );
-        tokio::time::sleep(POLL_INTERVAL).await;
     }
 }

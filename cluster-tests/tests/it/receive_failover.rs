@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tributary_client::{
     Client, ClientError, EventData, EventPosition, ReceiveStream, ReceivedEvent,
 };
-use tributary_cluster_tests::{LocalCluster, TestDir, test_seed};
+use tributary_cluster_tests::{LocalCluster, TestDir, eventually, test_seed};
 
 const HUB: &str = "events";
 const PARTITION: &str = "0";
@@ -211,8 +211,8 @@ async fn a_receive_stream_resumes_when_its_replica_moves_away() {
 
     // Every replica leaves the serving node.
     admin.decommission_node(leader_id, true).await.unwrap();
-    let started = tokio::time::Instant::now();
-    loop {
+    let what = format!("every replica moved off node {leader_id}, and a leader");
+    eventually(MOVE_TIMEOUT, what, async || {
         let status = admin.cluster_status().await.unwrap();
         let partition = status
             .partitions
@@ -220,14 +220,12 @@ async fn a_receive_stream_resumes_when_its_replica_moves_away() {
             .find(|p| p.event_hub == HUB)
             .unwrap();
         if partition.replicas.iter().all(|r| r.node != leader_id) && partition.leader != 0 {
-            break;
+            Ok(())
+        } else {
+            Err(format!("{partition:?}"))
         }
-        assert!(
-            started.elapsed() < MOVE_TIMEOUT,
-            "the replica did not move off node {leader_id}: {partition:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await;
 
     send(SENDS, &mut acknowledged).await;
     while events.len() < acknowledged.len() {

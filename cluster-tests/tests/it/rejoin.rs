@@ -5,15 +5,13 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
 use tributary_client::{
     Client, ErrorReason, EventData, ReplicaSummary, SendTarget, replica_digest,
 };
-use tributary_cluster_tests::{LocalCluster, TestDir, http_get, test_seed};
+use tributary_cluster_tests::{LocalCluster, TestDir, eventually, http_get, test_seed};
 
 /// How long a replica may take to catch up or be rebuilt.
 const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(120);
-const POLL: Duration = Duration::from_millis(200);
 
 /// Sends `batches` batches of `per_batch` events to one partition, four at a time.
 async fn send_batches(
@@ -81,8 +79,8 @@ async fn await_identical_replicas(
     partition: &str,
     count: u64,
 ) -> ReplicaSummary {
-    let deadline = Instant::now() + CATCH_UP_TIMEOUT;
-    loop {
+    let what = format!("the replicas of {hub}/{partition} identical with {count} events");
+    eventually(CATCH_UP_TIMEOUT, what, async || {
         let mut summaries = Vec::new();
         for endpoint in endpoints {
             summaries.push(replica_summary(endpoint, hub, partition).await);
@@ -91,14 +89,11 @@ async fn await_identical_replicas(
             && first.count == count
             && summaries.iter().all(|s| s.as_ref() == Some(first))
         {
-            return *first;
+            return Ok(*first);
         }
-        assert!(
-            Instant::now() < deadline,
-            "replicas of {hub}/{partition} did not converge on {count} events: {summaries:?}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
+        Err(format!("{summaries:?}"))
+    })
+    .await
 }
 
 /// A counter from a node's /metrics (0 when it has not been counted yet).
@@ -214,22 +209,19 @@ async fn a_wiped_node_rejoins_as_a_new_incarnation_rebuilt_from_snapshots() {
     // The new incarnation must be a voter of every group, not just a copy: with another
     // node gone, the controller and every partition still need it for a majority. Wait
     // until the status shows every replica caught up (membership changes are done then).
-    let deadline = Instant::now() + CATCH_UP_TIMEOUT;
-    loop {
+    eventually(CATCH_UP_TIMEOUT, "every replica caught up", async || {
         let status = writer.cluster_status().await.unwrap();
         if status
             .partitions
             .iter()
             .all(|p| p.replicas.iter().all(|r| r.up && r.caught_up))
         {
-            break;
+            Ok(())
+        } else {
+            Err(format!("{status:?}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "replicas not caught up: {status:?}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
+    })
+    .await;
     let survivor = 3 - victim - other;
     println!(
         "stopping node {}; node {} must vote now",
@@ -242,21 +234,18 @@ async fn a_wiped_node_rejoins_as_a_new_incarnation_rebuilt_from_snapshots() {
         .unwrap()
         .with_retry_deadline(Duration::from_secs(60));
     // The controller may have lost its leader too: retry while it elects a new one.
-    let deadline = Instant::now() + CATCH_UP_TIMEOUT;
-    loop {
+    let what = "a controller majority with the rejoined node (a hub created)";
+    eventually(CATCH_UP_TIMEOUT, what, async || {
         match client
             .create_replicated_event_hub("after-wipe", 1, None, Some(2))
             .await
         {
-            Ok(_) => break,
-            Err(err) if err.reason() == Some(ErrorReason::AlreadyExists) => break,
-            Err(err) => assert!(
-                Instant::now() < deadline,
-                "the controller has no majority with the rejoined node: {err}"
-            ),
+            Ok(_) => Ok(()),
+            Err(err) if err.reason() == Some(ErrorReason::AlreadyExists) => Ok(()),
+            Err(err) => Err(err),
         }
-        tokio::time::sleep(POLL).await;
-    }
+    })
+    .await;
     for p in 0..PARTITIONS {
         send_batches(&client, "wipe", &p.to_string(), 5, 10, "after").await;
     }

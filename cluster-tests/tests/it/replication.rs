@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tributary_client::{Client, ErrorReason, EventData, EventPosition, SendTarget};
-use tributary_cluster_tests::{LocalCluster, TestDir, cli_ok, test_seed};
+use tributary_cluster_tests::{LocalCluster, TestDir, cli_ok, eventually, test_seed};
 
 const PARTITIONS: u32 = 6;
 
@@ -144,25 +144,22 @@ async fn three_node_cluster_replicates_and_survives_a_killed_node() {
         assert_eq!(&read_all(&back, "orders", p, bodies.len()).await, bodies);
     }
     // Every replica catches up again (the leaders' replication progress says so).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let status = cluster_status(&endpoints[victim]).await;
-        let all_caught_up = status["partitions"].as_array().unwrap().iter().all(|p| {
-            p["replicas"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .all(|r| r["up"] == true && r["caught_up"] == true)
-        });
-        if all_caught_up {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "replicas never caught up: {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually(
+        Duration::from_secs(30),
+        "every replica caught up",
+        async || {
+            let status = cluster_status(&endpoints[victim]).await;
+            let all_caught_up = status["partitions"].as_array().unwrap().iter().all(|p| {
+                p["replicas"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|r| r["up"] == true && r["caught_up"] == true)
+            });
+            if all_caught_up { Ok(()) } else { Err(status) }
+        },
+    )
+    .await;
 }
 
 /// Sends one event to every partition, recording the acknowledged bodies per partition.
@@ -308,18 +305,16 @@ async fn an_unreachable_seed_is_reported() {
             "2".to_string(),
         ],
     );
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    let what = format!("a warning about the unreachable seed {nowhere}");
+    eventually(Duration::from_secs(30), what, async || {
         let log = std::fs::read_to_string(node.log_path()).unwrap_or_default();
         if log.contains("seed does not answer") && log.contains(&nowhere) {
-            break;
+            Ok(())
+        } else {
+            Err(format!("the log:\n{log}"))
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no warning about the unreachable seed {nowhere}:\n{log}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     node.assert_running();
     node.kill9().await;
 }

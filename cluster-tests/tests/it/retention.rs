@@ -10,9 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
-use tokio::time::Instant;
 use tributary_client::{Client, EventData, EventPosition, HubChanges, SendTarget};
-use tributary_cluster_tests::{LocalCluster, TestDir, http_get};
+use tributary_cluster_tests::{LocalCluster, TestDir, eventually, http_get};
 
 const HUB: &str = "expiring";
 /// Events sent before retention is shortened: 4,000 of 2 KiB, about 8 MiB per replica.
@@ -21,7 +20,6 @@ const PER_BATCH: usize = 10;
 const OLD_EVENTS: i64 = (OLD_BATCHES * PER_BATCH) as i64;
 const BODY_BYTES: usize = 2048;
 const TIMEOUT: Duration = Duration::from_secs(90);
-const POLL: Duration = Duration::from_millis(200);
 
 /// Bytes the files under `dir` take on disk.
 fn disk_bytes(dir: &Path) -> u64 {
@@ -134,21 +132,24 @@ async fn events_past_retention_leave_every_replica_and_the_disk() {
 
     // Every replica drops the old events: its begin sequence number and its first event
     // move past them.
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        let heads = replica_heads(&endpoints).await;
-        if heads.iter().all(|h| {
-            h.is_some_and(|(begin, first)| begin >= OLD_EVENTS && first.is_none_or(|f| f >= begin))
-        }) {
-            println!("replica heads once the old events expired: {heads:?}");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "old events still retained: {heads:?}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
+    let heads = eventually(
+        TIMEOUT,
+        "the old events gone from every replica",
+        async || {
+            let heads = replica_heads(&endpoints).await;
+            if heads.iter().all(|h| {
+                h.is_some_and(|(begin, first)| {
+                    begin >= OLD_EVENTS && first.is_none_or(|f| f >= begin)
+                })
+            }) {
+                Ok(heads)
+            } else {
+                Err(format!("replica heads {heads:?}"))
+            }
+        },
+    )
+    .await;
+    println!("replica heads once the old events expired: {heads:?}");
 
     // A reader positioned before the begin (sequence 0, and the earliest position) starts
     // at the first retained event.
@@ -199,8 +200,10 @@ async fn events_past_retention_leave_every_replica_and_the_disk() {
     // the expired bytes; at least 40 % is asked (without retention nothing comes back).
     let old_bytes = (OLD_EVENTS as u64) * BODY_BYTES as u64;
     let returned_min = old_bytes * 2 / 5;
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
+    let what = format!(
+        "data directories shrunk by 40 % of the expired events' {old_bytes} bytes from {before:?}"
+    );
+    let after = eventually(TIMEOUT, what, async || {
         let after: Vec<u64> = cluster
             .nodes
             .iter()
@@ -211,19 +214,17 @@ async fn events_past_retention_leave_every_replica_and_the_disk() {
             .zip(&after)
             .all(|(b, a)| *a + returned_min < *b);
         if shrunk {
-            println!("data directories after retention: {after:?} bytes (before: {before:?})");
-            break;
+            Ok(after)
+        } else {
+            Err(format!("{after:?} bytes"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "data directories did not shrink by 40 % of the expired events' {old_bytes} bytes: before {before:?}, after {after:?}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
+    })
+    .await;
+    println!("data directories after retention: {after:?} bytes (before: {before:?})");
 
     // The nodes report their data's size and their filesystem's free space.
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
+    let what = "storage gauges present, with the data size shrunk";
+    eventually(TIMEOUT, what, async || {
         let metrics = http_get(cluster.nodes[0].http_addr(), "/metrics")
             .await
             .expect("metrics answer")
@@ -242,14 +243,11 @@ async fn events_past_retention_leave_every_replica_and_the_disk() {
             && (data as u64) + returned_min < before[0]
         {
             assert!(free > 0.0);
-            break;
+            return Ok(());
         }
-        assert!(
-            Instant::now() < deadline,
-            "storage gauges missing or not shrunk: data {data:?}, free {free:?}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
+        Err(format!("data {data:?}, free {free:?}"))
+    })
+    .await;
 
     // A replica killed after removing entries comes back with the same beginning: the
     // removal and the applied state it relies on are durable together.
@@ -257,28 +255,24 @@ async fn events_past_retention_leave_every_replica_and_the_disk() {
     let begin = expected[0].expect("node 1 answers").0;
     cluster.nodes[1].kill9().await;
     cluster.nodes[1].restart().await;
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
+    let what = format!("node 2 restarted with the head {:?}", expected[1]);
+    eventually(TIMEOUT, what, async || {
         let heads = replica_heads(&endpoints).await;
         if heads[1] == expected[1] {
-            break;
+            Ok(())
+        } else {
+            Err(format!("{:?}", heads[1]))
         }
-        assert!(
-            Instant::now() < deadline,
-            "node 2 restarted with {:?}, not {:?}",
-            heads[1],
-            expected[1]
-        );
-        tokio::time::sleep(POLL).await;
-    }
+    })
+    .await;
 
     // A replica whose data is wiped is rebuilt from what is retained, and matches the
     // others.
     let victim = 2;
     cluster.nodes[victim].wipe().await;
     cluster.nodes[victim].restart().await;
-    let deadline = Instant::now() + TIMEOUT;
-    let rebuilt = loop {
+    let what = "the wiped replica rebuilt to match node 1";
+    let rebuilt = eventually(TIMEOUT, what, async || {
         let client = Client::connect(&endpoints[victim]).await;
         let listing = match client {
             Ok(client) => client.replica_events(HUB, "0", 0, None).await.ok(),
@@ -295,15 +289,14 @@ async fn events_past_retention_leave_every_replica_and_the_disk() {
             && tributary_client::replica_digest(&listing.events)
                 == tributary_client::replica_digest(&reference.events)
         {
-            break listing;
+            return Ok(listing);
         }
-        assert!(
-            Instant::now() < deadline,
-            "the wiped replica was not rebuilt to match node 1 ({reference_begin})",
-            reference_begin = reference.begin_sequence_number
-        );
-        tokio::time::sleep(POLL).await;
-    };
+        Err(format!(
+            "node 1 begins at {}",
+            reference.begin_sequence_number
+        ))
+    })
+    .await;
     assert_eq!(rebuilt.begin_sequence_number, begin);
     assert!(!rebuilt.events.is_empty());
     assert!(rebuilt.events[0].sequence_number >= OLD_EVENTS);

@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::time::Instant;
 use tributary_client::{Client, EventData, EventPosition};
-use tributary_cluster_tests::{LocalCluster, TestDir, cli_ok, http_get};
+use tributary_cluster_tests::{LocalCluster, TestDir, cli_ok, eventually, http_get};
 use tributary_proto::v1::ClusterStatus;
 
 const HUB: &str = "rolling";
@@ -25,7 +25,6 @@ const SENDS_MAX: u64 = 1_000_000;
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The file a node drained for a restart keeps in its data directory until it starts again.
 const DRAIN_MARKER: &str = "drained-for-restart";
-const POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// Sends the producer must complete in each phase, so every phase runs under load.
 const SENDS_PER_PHASE: u64 = 10;
 
@@ -92,14 +91,14 @@ async fn a_rolling_restart_under_continuous_sends_fails_no_send_and_loses_nothin
         let sent = sent.clone();
         async move {
             let target = sent.load(Ordering::Relaxed) + SENDS_PER_PHASE;
-            let started = Instant::now();
-            while sent.load(Ordering::Relaxed) < target {
-                assert!(
-                    started.elapsed() < SETTLE_TIMEOUT,
-                    "the producer is stuck {what}"
-                );
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            let what = format!("{target} sends {what} (the producer is stuck otherwise)");
+            eventually(SETTLE_TIMEOUT, what, async || {
+                match sent.load(Ordering::Relaxed) {
+                    done if done >= target => Ok(()),
+                    done => Err(format!("{done} sends")),
+                }
+            })
+            .await;
         }
     };
     await_sends("before the restarts".into()).await;
@@ -151,15 +150,15 @@ async fn a_rolling_restart_under_continuous_sends_fails_no_send_and_loses_nothin
         cluster.nodes[index].restart().await;
         // No undrain: the node ends its drain itself once it has started.
         await_status(&admin, &format!("cluster healthy after node {id}"), healthy).await;
-        let removed = Instant::now();
-        while marker.exists() {
-            assert!(
-                removed.elapsed() < SETTLE_TIMEOUT,
-                "the restarted node did not remove {}",
-                marker.display()
-            );
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
+        let what = format!("{} removed by the restarted node", marker.display());
+        eventually(SETTLE_TIMEOUT, what, async || {
+            if marker.exists() {
+                Err("still there")
+            } else {
+                Ok(())
+            }
+        })
+        .await;
         await_sends(format!("after node {id} returned")).await;
         println!(
             "node {id} restarted; {:?} since the first drain",
@@ -274,18 +273,12 @@ fn healthy(status: &ClusterStatus) -> bool {
 /// Polls the cluster status (through `admin`) until `done` holds.
 async fn await_status(admin: &Client, what: &str, done: impl Fn(&ClusterStatus) -> bool) {
     let started = Instant::now();
-    loop {
-        let status = admin.cluster_status().await;
-        if let Ok(status) = &status
-            && done(status)
-        {
-            println!("{what} after {:?}", started.elapsed());
-            return;
+    eventually(SETTLE_TIMEOUT, what, async || {
+        match admin.cluster_status().await {
+            Ok(status) if done(&status) => Ok(()),
+            status => Err(format!("{status:?}")),
         }
-        assert!(
-            started.elapsed() < SETTLE_TIMEOUT,
-            "{what} did not happen within {SETTLE_TIMEOUT:?}: {status:?}"
-        );
-        tokio::time::sleep(POLL_INTERVAL).await;
-    }
+    })
+    .await;
+    println!("{what} after {:?}", started.elapsed());
 }

@@ -5,10 +5,12 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
+use tokio::time::Instant;
 use tributary_client::{Client, ConnectOptions, EventData, SendTarget};
 use tributary_cluster_tests::python_tools::python_deps;
-use tributary_cluster_tests::{NodePorts, NodeProcess, TestDir};
+use tributary_cluster_tests::{NodePorts, NodeProcess, TestDir, eventually};
 use tributary_types::{AuthError, AuthorizationRule, ConnectionString, Credential, Rights};
 use tributary_types::{authorize, parse_token, sign};
 
@@ -227,20 +229,19 @@ async fn a_node_accepts_a_token_the_sdk_made() {
     ))
     .await;
     // The root rule is made just after the node is ready: retry until it is in force.
-    let created = async {
-        loop {
-            match root.create_event_hub("orders", 1, None).await {
-                Ok(hub) => return hub,
-                Err(err) if err.to_string().contains("not an authorization rule") => {
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await
-                }
-                Err(err) => panic!("{err}"),
+    let deadline = Instant::now() + Duration::from_secs(30);
+    eventually(deadline, "the root rule in force", async || {
+        // Bounded too: a call that hangs must not outlast the deadline.
+        match tokio::time::timeout_at(deadline, root.create_event_hub("orders", 1, None)).await {
+            Ok(Ok(hub)) => Ok(hub),
+            Ok(Err(err)) if err.to_string().contains("not an authorization rule") => {
+                Err(err.to_string())
             }
+            Ok(Err(err)) => panic!("{err}"),
+            Err(_elapsed) => Err("the call did not return".to_owned()),
         }
-    };
-    tokio::time::timeout(std::time::Duration::from_secs(30), created)
-        .await
-        .expect("the root rule is in force within 30 s");
+    })
+    .await;
 
     // The SDK's whole path: EventHubSharedKeyCredential.get_token for the hub.
     let answers = ask_sdk(

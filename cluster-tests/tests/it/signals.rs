@@ -11,7 +11,7 @@ use tokio::io::{AsyncBufReadExt as _, BufReader};
 
 use tributary_client::{Client, EventData, SendTarget};
 use tributary_cluster_tests::{
-    LocalCluster, PEER_ADDR_ENV, TestDir, free_port, http_get, tributary_command,
+    LocalCluster, PEER_ADDR_ENV, TestDir, eventually, free_port, http_get, tributary_command,
 };
 
 /// How long the node may take to exit after the signal.
@@ -120,21 +120,25 @@ async fn a_send_stuck_without_a_quorum_does_not_hold_up_shutdown() {
             .await
     });
     let metrics = cluster.nodes[leader].http_addr();
-    let in_flight = tokio::time::timeout(START_TIMEOUT, async {
-        loop {
-            if let Ok(response) = http_get(metrics, "/metrics").await
-                && response
-                    .body
-                    .lines()
-                    .any(|l| l.starts_with("tributary_sends_in_flight ") && !l.ends_with(" 0"))
+    // Or else the send never reached the leader.
+    eventually(
+        START_TIMEOUT,
+        "the send in flight at the leader",
+        async || {
+            let response = http_get(metrics, "/metrics")
+                .await
+                .map_err(|e| e.to_string())?;
+            match response
+                .body
+                .lines()
+                .find(|l| l.starts_with("tributary_sends_in_flight "))
             {
-                return;
+                Some(line) if !line.ends_with(" 0") => Ok(()),
+                line => Err(format!("{line:?}")),
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
+        },
+    )
     .await;
-    assert!(in_flight.is_ok(), "the send never reached the leader");
     assert!(!send.is_finished(), "a send without a quorum was answered");
     let status = cluster.nodes[leader].terminate().await;
     assert_eq!(status.code(), Some(0), "{status}");

@@ -13,7 +13,8 @@ use tokio::time::Instant;
 use tributary_client::tls::{TlsConnector, client_config, read_certificates};
 use tributary_client::{Client, ClientError, ClientOptions, EventData, SendTarget};
 use tributary_cluster_tests::{
-    LocalCluster, NodeCert, NodePorts, NodeProcess, TestCa, TestDir, cli, describe_output, http_get,
+    LocalCluster, NodeCert, NodePorts, NodeProcess, TestCa, TestDir, cli, describe_output,
+    eventually, http_get,
 };
 use tributary_proto::peer::LocalStatusRequest;
 use tributary_proto::peer::node_status_client::NodeStatusClient;
@@ -242,14 +243,16 @@ async fn garbage_on_the_tls_ports_leaves_the_node_serving() {
     // The garbage and the broken TLS record were refused on both ports (the silent and
     // the plain-text connections are counted when they end).
     for port in ["client", "peer"] {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while refused_connections(&node, port).await < 2 {
-            assert!(
-                Instant::now() < deadline,
-                "refusals on the {port} port not counted"
-            );
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
+        let what = format!("2 refusals on the {port} port counted");
+        eventually(
+            Duration::from_secs(10),
+            what,
+            async || match refused_connections(&node, port).await {
+                refused if refused >= 2 => Ok(()),
+                refused => Err(format!("{refused} counted")),
+            },
+        )
+        .await;
     }
 }
 
@@ -412,14 +415,16 @@ async fn nodes_without_a_certificate_from_the_cluster_ca_cannot_join() {
             answer.is_err(),
             "a call with {what} was answered: {answer:?}"
         );
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while refused_connections(&cluster.nodes[0], "peer").await <= before {
-            assert!(
-                Instant::now() < deadline,
-                "the call with {what} was not counted"
-            );
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
+        let counted = format!("the call with {what} counted as refused");
+        eventually(
+            Duration::from_secs(10),
+            counted,
+            async || match refused_connections(&cluster.nodes[0], "peer").await {
+                refused if refused > before => Ok(()),
+                refused => Err(format!("{refused} refused, as before")),
+            },
+        )
+        .await;
     }
     assert_eq!(
         peer_status(peer, tls_client(&ca, Some(&cert)))

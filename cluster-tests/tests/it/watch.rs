@@ -5,10 +5,10 @@
 //! kept a view minutes old, hosted replicas the cluster had moved away and were never
 //! ready again.)
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tributary_client::{Client, ErrorReason};
-use tributary_cluster_tests::{LocalCluster, TestDir};
+use tributary_cluster_tests::{LocalCluster, TestDir, eventually};
 
 /// How long a non-voter may take to see a change of the cluster state.
 const FOLLOW_TIMEOUT: Duration = Duration::from_secs(30);
@@ -25,31 +25,28 @@ async fn non_voters_keep_following_the_controller_as_voters_die_in_turn() {
             .unwrap();
         let hub = format!("after-kill-{}", voter + 1);
         // The killed voter may have led the controller: retry until another one does.
-        let deadline = Instant::now() + FOLLOW_TIMEOUT;
-        loop {
-            match via.create_event_hub(&hub, 1, None).await {
-                Ok(_) => break,
-                Err(err) if err.reason() == Some(ErrorReason::AlreadyExists) => break,
-                Err(err) => {
-                    assert!(Instant::now() < deadline, "creating {hub}: {err}");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
+        eventually(FOLLOW_TIMEOUT, format!("{hub} created"), async || {
+            let created = via.create_event_hub(&hub, 1, None).await;
+            match created {
+                Ok(_) => Ok(()),
+                Err(err) if err.reason() == Some(ErrorReason::AlreadyExists) => Ok(()),
+                Err(err) => Err(err),
             }
-        }
+        })
+        .await;
         for follower in [3, 4] {
             let client = Client::connect(&cluster.nodes[follower].endpoint())
                 .await
                 .unwrap();
-            let deadline = Instant::now() + FOLLOW_TIMEOUT;
-            while client.get_event_hub(&hub).await.is_err() {
-                assert!(
-                    Instant::now() < deadline,
-                    "node {} does not see hub {hub} {FOLLOW_TIMEOUT:?} after node {} was killed",
-                    follower + 1,
-                    voter + 1
-                );
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
+            let what = format!(
+                "node {} seeing hub {hub} after node {} was killed",
+                follower + 1,
+                voter + 1
+            );
+            eventually(FOLLOW_TIMEOUT, what, async || {
+                client.get_event_hub(&hub).await
+            })
+            .await;
         }
         cluster.nodes[voter].restart().await;
     }

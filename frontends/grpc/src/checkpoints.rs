@@ -1,11 +1,11 @@
 //! `CheckpointStore`: consumer-group ownership and checkpoints.
 
 use tonic::{Request, Response, Status};
-use tributary_broker::service::Claim;
+use tributary_broker::service::{CheckpointUpdate, ClaimRequest};
 use tributary_proto::v1 as pb;
 use tributary_proto::v1::checkpoint_store_server::CheckpointStore;
 
-use crate::convert::{checkpoint, offset, ownership, partition_index};
+use crate::convert::{checkpoint, ownership};
 use crate::{GrpcApi, credential};
 
 #[tonic::async_trait]
@@ -34,14 +34,12 @@ impl CheckpointStore for GrpcApi {
         let claims = req
             .claims
             .into_iter()
-            .map(|c| {
-                Ok(Claim {
-                    partition: partition_index(&c.partition_id)?,
-                    owner_id: c.owner_id,
-                    etag: (!c.etag.is_empty()).then_some(c.etag),
-                })
+            .map(|c| ClaimRequest {
+                partition_id: c.partition_id,
+                owner_id: c.owner_id,
+                etag: (!c.etag.is_empty()).then_some(c.etag),
             })
-            .collect::<Result<Vec<Claim>, tributary_broker::Error>>()?;
+            .collect();
         let won = self
             .service
             .claim_ownership(&credential, &req.event_hub, &req.consumer_group, claims)
@@ -57,19 +55,19 @@ impl CheckpointStore for GrpcApi {
     ) -> Result<Response<pb::Checkpoint>, Status> {
         let credential = credential(&request);
         let req = request.into_inner();
-        let Some(update) = req.checkpoint else {
-            return Err(tributary_broker::Error::invalid("the request has no checkpoint").into());
-        };
-        let partition = partition_index(&update.partition_id)?;
-        let stored = self
+        // A request without a checkpoint names no partition: refused as such.
+        let update = req.checkpoint.unwrap_or_default();
+        let (partition, stored) = self
             .service
             .update_checkpoint(
                 &credential,
                 &req.event_hub,
                 &req.consumer_group,
-                partition,
-                offset(&update.offset)?,
-                update.sequence_number,
+                CheckpointUpdate {
+                    partition_id: update.partition_id,
+                    offset: update.offset,
+                    sequence_number: update.sequence_number,
+                },
                 (!req.owner_id.is_empty()).then_some(req.owner_id.as_str()),
             )
             .await?;

@@ -218,28 +218,6 @@ pub fn checkpoint(partition: u16, record: Checkpoint) -> pb::Checkpoint {
     }
 }
 
-/// A partition id as this API writes it: the partition's index in decimal.
-pub fn partition_index(partition_id: &str) -> Result<u16, Error> {
-    partition_id
-        .parse::<u16>()
-        .ok()
-        .filter(|p| p.to_string() == partition_id)
-        .ok_or_else(|| {
-            Error::invalid(format!(
-                "partition id '{partition_id}' is not a partition id: ids are 0, 1, 2, ... up to the hub's partition count minus one"
-            ))
-        })
-}
-
-/// An offset as events carry it: a decimal integer.
-pub fn offset(text: &str) -> Result<i64, Error> {
-    text.parse::<i64>().map_err(|_| {
-        Error::invalid(format!(
-            "offset '{text}' is not an offset: offsets are decimal integers, as events carry them"
-        ))
-    })
-}
-
 pub fn rule_properties(hub: &str, rule: &AuthorizationRule) -> pb::AuthorizationRule {
     pb::AuthorizationRule {
         name: rule.name.clone(),

@@ -2,7 +2,6 @@
 //! authorization rules.
 
 use tonic::{Request, Response, Status};
-use tributary_broker::Error;
 use tributary_broker::service::RuleKeyKind;
 use tributary_proto::v1 as pb;
 use tributary_proto::v1::management_server::Management;
@@ -216,14 +215,9 @@ impl Management for GrpcApi {
         let credential = credential(&request);
         let req = request.into_inner();
         let key = match pb::AuthorizationKey::try_from(req.key) {
-            Ok(pb::AuthorizationKey::PrimaryKey) => RuleKeyKind::Primary,
-            Ok(pb::AuthorizationKey::SecondaryKey) => RuleKeyKind::Secondary,
-            _ => {
-                return Err(Error::invalid(
-                    "say which key to regenerate: the primary or the secondary",
-                )
-                .into());
-            }
+            Ok(pb::AuthorizationKey::PrimaryKey) => Some(RuleKeyKind::Primary),
+            Ok(pb::AuthorizationKey::SecondaryKey) => Some(RuleKeyKind::Secondary),
+            _ => None,
         };
         let keys = self
             .service

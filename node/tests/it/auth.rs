@@ -5,12 +5,12 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use tributary::config::AuthMode;
 use tributary_broker::cluster::RootKey;
 use tributary_client::{
     CheckpointStore, Client, ClientError, ConnectOptions, ErrorReason, EventData, EventPosition,
     Rights, RuleKey, SendTarget,
 };
+use tributary_node::config::AuthMode;
 use tributary_types::{Clock, sign};
 
 use crate::support::TestNode;
@@ -250,7 +250,7 @@ async fn each_right_allows_exactly_its_operations() {
 
 #[tokio::test]
 async fn refused_tokens_each_say_why() {
-    tributary::http::metrics_handle();
+    tributary_node::http::metrics_handle();
     let node = start().await;
     let root = root(&node).await;
     for hub in ["a", "b"] {
@@ -380,7 +380,7 @@ async fn refused_tokens_each_say_why() {
     send(new_primary, "a").await.unwrap();
 
     // Each refusal counted by reason.
-    let metrics = tributary::http::metrics_handle().render();
+    let metrics = tributary_node::http::metrics_handle().render();
     for reason in [
         "missing",
         "wrong_resource",

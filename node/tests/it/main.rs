@@ -11,6 +11,7 @@ mod cleanup;
 mod controller_log;
 mod idempotent;
 mod keys;
+mod layout;
 mod limits;
 mod positions;
 mod readers;

@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use tempfile::TempDir;
-use tributary::Node;
-use tributary::config::NodeConfig;
 use tributary_client::{Client, EventData, EventPosition, ReceivedEvent, SendTarget};
+use tributary_node::Node;
+use tributary_node::config::NodeConfig;
 use tributary_types::{Clock, ManualClock};
 
 pub struct TestNode {

@@ -2,8 +2,8 @@
 //! subcommands are the CLI.
 
 use clap::{Parser, Subcommand};
-use tributary::config::ServeArgs;
 use tributary_client::cli::{CliCommand, CliGlobals};
+use tributary_node::config::ServeArgs;
 
 /// Tributary: a self-hosted event streaming cluster with Event Hubs semantics.
 #[derive(Parser)]
@@ -25,12 +25,12 @@ enum Command {
     /// Make a development certificate authority and node certificates signed by it (TLS
     /// on the client port, mutual TLS on the peer port).
     #[command(subcommand)]
-    Cert(tributary::cert::CertCommand),
+    Cert(tributary_node::cert::CertCommand),
     /// Drain the node on this machine for a restart (from a Kubernetes preStop hook or
     /// systemd's ExecStop): its partition leaderships, and the controller's, move to other
     /// replicas and it reports itself not ready. It undrains itself when it next starts.
     /// Returns when drained; fails if leaderships remain at the timeout.
-    Drain(tributary::restart_drain::DrainArgs),
+    Drain(tributary_node::restart_drain::DrainArgs),
     #[command(flatten)]
     Cli(CliCommand),
 }
@@ -43,18 +43,18 @@ fn main() -> std::process::ExitCode {
             .command
             .unwrap_or_else(|| Command::Serve(Box::default()))
         {
-            Command::Serve(serve) => tributary::serve_until_signal(*serve).await,
+            Command::Serve(serve) => tributary_node::serve_until_signal(*serve).await,
             Command::Bench(bench) => {
                 let json = args.globals.output == tributary_client::cli::OutputFormat::Json;
                 tributary_bench::main(args.globals.endpoint_or_default(), bench, json).await
             }
             Command::Cert(cert) => {
                 let json = args.globals.output == tributary_client::cli::OutputFormat::Json;
-                tributary::cert::run(cert, std::time::SystemTime::now(), json)
+                tributary_node::cert::run(cert, std::time::SystemTime::now(), json)
             }
             Command::Drain(drain) => {
                 let json = args.globals.output == tributary_client::cli::OutputFormat::Json;
-                tributary::restart_drain::run_command(drain, json).await
+                tributary_node::restart_drain::run_command(drain, json).await
             }
             Command::Cli(cmd) => tributary_client::cli::run(args.globals, cmd).await,
         }
@@ -63,9 +63,12 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err:#}");
-            if err.downcast_ref::<tributary::StorageFailed>().is_some() {
+            if err
+                .downcast_ref::<tributary_node::StorageFailed>()
+                .is_some()
+            {
                 // Exit at once: the runtime's tasks may wait on storage that never answers.
-                std::process::exit(i32::from(tributary::StorageFailed::EXIT_CODE));
+                std::process::exit(i32::from(tributary_node::StorageFailed::EXIT_CODE));
             }
             std::process::ExitCode::FAILURE
         }

@@ -1,0 +1,99 @@
+//! A clean stop is quick and complete: with authorization on (the default), SIGTERM stops a
+//! node within a second or two, every storage shard is closed with its final checkpoint, and
+//! the next start replays nothing.
+
+use std::time::{Duration, Instant};
+
+use tributary_client::{Client, ConnectOptions, EventData, SendTarget};
+use tributary_cluster_tests::{NodeProcess, TestDir, http_get, root_connection_string};
+
+/// How long a stop may take: far below the 5 s a shard still in use would cost.
+const STOP_WITHIN: Duration = Duration::from_secs(2);
+
+/// The value of an unlabelled counter in a `/metrics` page.
+fn counter(page: &str, name: &str) -> Option<u64> {
+    page.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test]
+async fn sigterm_with_authorization_on_stops_at_once_and_closes_every_shard() {
+    let dir = TestDir::new("shutdown_clean");
+    let data_dir = dir.path().join("node");
+    // `--auth sas` is the default; the test harness turns it off unless asked.
+    let mut node = NodeProcess::start_with_args(&data_dir, &["--auth", "sas"]).await;
+    let node_endpoint = node.endpoint();
+    let root = root_connection_string(&data_dir).await;
+    // The node's client port is plain text.
+    let connect = async || {
+        let options = ConnectOptions {
+            endpoint: Some(node_endpoint.clone()),
+            ..ConnectOptions::default()
+        };
+        Client::from_connection_string_with(&root, options)
+            .await
+            .unwrap()
+    };
+    let client = connect().await;
+    client.create_event_hub("kept", 2, None).await.unwrap();
+    for i in 0..20 {
+        client
+            .producer()
+            .send(
+                "kept",
+                SendTarget::PartitionId((i % 2).to_string()),
+                [EventData::from_body(format!("event {i}"))],
+            )
+            .await
+            .unwrap();
+    }
+
+    let started = Instant::now();
+    let status = node.terminate().await;
+    let took = started.elapsed();
+    let log = std::fs::read_to_string(node.log_path()).unwrap();
+    assert_eq!(status.code(), Some(0), "{status}; log:\n{log}");
+    assert!(
+        took < STOP_WITHIN,
+        "SIGTERM took {took:?} to stop the node; log:\n{log}"
+    );
+    assert!(
+        !log.contains("still in use"),
+        "a storage shard was still in use at shutdown; log:\n{log}"
+    );
+
+    node.restart().await;
+    let metrics = http_get(node.http_addr(), "/metrics").await.unwrap();
+    assert_eq!(
+        counter(&metrics.body, "tributary_storage_replayed_batches_total"),
+        Some(0),
+        "a clean stop leaves nothing to replay: {}",
+        metrics
+            .body
+            .lines()
+            .filter(|l| l.contains("replayed"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let client = connect().await;
+    for partition in ["0", "1"] {
+        let properties = client
+            .get_partition_properties("kept", partition)
+            .await
+            .unwrap();
+        assert_eq!(
+            properties.last_enqueued_sequence_number, 9,
+            "partition {partition} keeps its ten events"
+        );
+    }
+}
+
+#[test]
+fn counters_are_read_by_exact_name() {
+    let page = "# HELP x\ntributary_storage_replayed_batches_total 7\nother_total 1\n";
+    assert_eq!(
+        counter(page, "tributary_storage_replayed_batches_total"),
+        Some(7)
+    );
+    assert_eq!(counter(page, "tributary_storage_replayed"), None);
+}
