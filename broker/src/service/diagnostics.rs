@@ -1,7 +1,7 @@
 //! What this node's own replica of a partition has applied, leader or not, so operators and
 //! tests can compare the replicas of a partition. Needs Manage on the namespace.
 
-use tributary_types::Rights;
+use tributary_types::{NodeId, Rights, SequenceNumber};
 
 use super::Service;
 use crate::auth::{Credential, Scope};
@@ -16,10 +16,10 @@ pub const REPLICA_EVENTS_PAGE_MAX: u32 = 10_000;
 /// A page of this node's replica's events.
 #[derive(Debug, Clone)]
 pub struct ReplicaEvents {
-    pub node: u64,
+    pub node: NodeId,
     pub is_leader: bool,
-    pub begin_sequence: i64,
-    pub next_sequence: i64,
+    pub begin_sequence: SequenceNumber,
+    pub next_sequence: SequenceNumber,
     pub events: Vec<ReadEvent>,
 }
 
@@ -31,12 +31,12 @@ impl Service {
         credential: &Credential,
         hub: &str,
         partition_id: &str,
-        from_sequence: i64,
+        from_sequence: SequenceNumber,
         max_events: u32,
     ) -> Result<ReplicaEvents, Error> {
         self.check(credential, Scope::Namespace, Rights::MANAGE)?;
         let max_events = page_size(max_events)?;
-        if from_sequence < 0 {
+        if from_sequence.0 < 0 {
             return Err(Error::invalid(format!(
                 "from_sequence_number must be 0 or more, got {from_sequence}"
             )));
@@ -58,13 +58,13 @@ impl Service {
         // that applies more meanwhile only makes the page longer, never inconsistent.
         let progress = partition.progress();
         let events = partition
-            .read(from_sequence, max_events as usize)
+            .read(from_sequence.0, max_events as usize)
             .map_err(Error::from)?;
         Ok(ReplicaEvents {
-            node,
+            node: NodeId(node),
             is_leader: partition.is_leader(),
-            begin_sequence: progress.begin_sequence,
-            next_sequence: progress.next_sequence,
+            begin_sequence: SequenceNumber(progress.begin_sequence),
+            next_sequence: SequenceNumber(progress.next_sequence),
             events,
         })
     }

@@ -8,7 +8,7 @@ use tributary_controller::state::{
     CAPTURE_WINDOW_DEFAULT_BYTES, CAPTURE_WINDOW_DEFAULT_MS, CaptureSettings, CleanupPolicy,
     Command, HubRecord, HubSettings, HubUpdate, NewHub, Reply,
 };
-use tributary_types::Rights;
+use tributary_types::{NodeId, PartitionId, Rights};
 
 use super::Service;
 use crate::auth::{Credential, Scope};
@@ -69,16 +69,16 @@ pub struct HubUpdateRequest {
 pub enum PlannedMove {
     Replica {
         hub: String,
-        partition: u16,
+        partition: PartitionId,
         /// `None`: a replica added where one is missing.
-        from: Option<u64>,
-        to: u64,
+        from: Option<NodeId>,
+        to: NodeId,
     },
     Leader {
         hub: String,
-        partition: u16,
-        from: u64,
-        to: u64,
+        partition: PartitionId,
+        from: NodeId,
+        to: NodeId,
     },
 }
 
@@ -86,7 +86,7 @@ pub enum PlannedMove {
 #[derive(Debug, Clone, Default)]
 pub struct RebalancePlan {
     pub moves: Vec<PlannedMove>,
-    pub down_nodes: Vec<u64>,
+    pub down_nodes: Vec<NodeId>,
 }
 
 impl Service {
@@ -274,11 +274,11 @@ impl Service {
     pub async fn drain_node(
         &self,
         credential: &Credential,
-        node: u64,
+        node: NodeId,
         drain: bool,
     ) -> Result<(), Error> {
         self.check(credential, Scope::Namespace, Rights::MANAGE)?;
-        self.broker.set_draining(node, drain).await
+        self.broker.set_draining(node.0, drain).await
     }
 
     /// Decommissions a node (the placement controller moves its replicas away), or stops
@@ -286,10 +286,11 @@ impl Service {
     pub async fn decommission_node(
         &self,
         credential: &Credential,
-        node: u64,
+        node: NodeId,
         decommissioning: bool,
     ) -> Result<(), Error> {
         self.check(credential, Scope::Namespace, Rights::MANAGE)?;
+        let node = node.0;
         self.broker
             .runtime()
             .propose(Command::SetDecommissioning {
@@ -318,9 +319,9 @@ impl Service {
             .iter()
             .map(|m| PlannedMove::Replica {
                 hub: state.hub_name(m.hub),
-                partition: m.partition,
-                from: m.from,
-                to: m.to,
+                partition: PartitionId(m.partition),
+                from: m.from.map(NodeId),
+                to: NodeId(m.to),
             })
             .collect();
         moves.extend(decision.leaders.iter().map(|(hub, partition, to)| {
@@ -330,12 +331,15 @@ impl Service {
                 .unwrap_or(0);
             PlannedMove::Leader {
                 hub: state.hub_name(*hub),
-                partition: *partition,
-                from,
-                to: *to,
+                partition: PartitionId(*partition),
+                from: NodeId(from),
+                to: NodeId(*to),
             }
         }));
-        Ok(RebalancePlan { moves, down_nodes })
+        Ok(RebalancePlan {
+            moves,
+            down_nodes: down_nodes.into_iter().map(NodeId).collect(),
+        })
     }
 
     /// Nodes, the controller leader and every partition's leader and replicas, from every

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use tributary_controller::state::HubRecord;
-use tributary_types::Rights;
 use tributary_types::limits::{RECEIVE_BATCH_EVENTS_DEFAULT, RECEIVE_BATCH_EVENTS_MAX};
+use tributary_types::{Offset, PartitionId, Rights, SequenceNumber};
 
 use super::{Service, consumer_group};
 use crate::auth::{Credential, Scope};
@@ -22,15 +22,15 @@ const READ_STREAM_BATCHES_MAX: usize = 2;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionProperties {
     pub hub: String,
-    pub partition: u16,
-    pub begin_sequence: i64,
+    pub partition: PartitionId,
+    pub begin_sequence: SequenceNumber,
     /// -1 when nothing was ever stored.
-    pub last_enqueued_sequence: i64,
-    pub last_enqueued_offset: i64,
+    pub last_enqueued_sequence: SequenceNumber,
+    pub last_enqueued_offset: Offset,
     pub last_enqueued_time_ms: i64,
     pub is_empty: bool,
     /// Where capture goes on from (the next sequence number not yet in a file).
-    pub capture_next_sequence: i64,
+    pub capture_next_sequence: SequenceNumber,
 }
 
 /// A partition's properties and the readers connected to it for one consumer group.
@@ -59,7 +59,7 @@ pub struct ReadRequest {
 #[derive(Debug, Clone)]
 pub struct ReadBatch {
     pub events: Vec<ReadEvent>,
-    pub last_enqueued_sequence: i64,
+    pub last_enqueued_sequence: SequenceNumber,
 }
 
 /// A reader's events, in order, batch by batch; it ends with an error saying why (the
@@ -188,17 +188,17 @@ async fn properties(hub: &str, partition: &Partition) -> PartitionProperties {
     let capture = partition.capture_progress();
     PartitionProperties {
         hub: hub.to_string(),
-        partition: partition.group.partition.0,
-        begin_sequence: p.begin_sequence,
-        last_enqueued_sequence: if p.next_sequence == 0 {
+        partition: partition.group.partition,
+        begin_sequence: SequenceNumber(p.begin_sequence),
+        last_enqueued_sequence: SequenceNumber(if p.next_sequence == 0 {
             -1
         } else {
             p.next_sequence - 1
-        },
-        last_enqueued_offset: p.last_offset,
+        }),
+        last_enqueued_offset: Offset(p.last_offset),
         last_enqueued_time_ms: p.last_time_ms,
         is_empty: p.is_empty(),
-        capture_next_sequence: capture.next_sequence,
+        capture_next_sequence: SequenceNumber(capture.next_sequence),
     }
 }
 
@@ -269,7 +269,7 @@ async fn stream_events(
             let bytes: usize = events.iter().map(|e| e.record.body.len()).sum();
             let batch = ReadBatch {
                 events,
-                last_enqueued_sequence: last_enqueued,
+                last_enqueued_sequence: SequenceNumber(last_enqueued),
             };
             if tx.send(Ok(batch)).await.is_err() {
                 return;

@@ -1,7 +1,7 @@
 //! Publishing: validate, route to a partition, throttle, append through Raft, count.
 
 use tributary_raft::ProducerStamp;
-use tributary_types::Rights;
+use tributary_types::{Offset, PartitionId, Rights, SequenceNumber};
 
 use super::Service;
 use crate::auth::{Credential, Scope};
@@ -29,10 +29,10 @@ pub struct SendRequest {
 /// Where a publication was stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendReply {
-    pub partition: u16,
-    pub first_sequence: i64,
+    pub partition: PartitionId,
+    pub first_sequence: SequenceNumber,
     /// Each event's offset, in order.
-    pub offsets: Vec<i64>,
+    pub offsets: Vec<Offset>,
     pub enqueued_time_ms: i64,
 }
 
@@ -128,9 +128,9 @@ impl Service {
         metrics::counter!("tributary_bytes_in_total", "hub" => hub.name.clone())
             .increment(size_bytes as u64);
         Ok(SendReply {
-            partition: partition.group.partition.0,
-            first_sequence: appended.first_sequence,
-            offsets: appended.offsets,
+            partition: partition.group.partition,
+            first_sequence: SequenceNumber(appended.first_sequence),
+            offsets: appended.offsets.into_iter().map(Offset).collect(),
             enqueued_time_ms: appended.enqueued_time_ms,
         })
     }

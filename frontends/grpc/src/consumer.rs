@@ -67,7 +67,7 @@ impl Consumer for GrpcApi {
                          last_enqueued_sequence,
                      }| pb::ReceiveResponse {
                         events: events.into_iter().map(convert::received_event).collect(),
-                        last_enqueued_sequence_number: last_enqueued_sequence,
+                        last_enqueued_sequence_number: last_enqueued_sequence.0,
                     },
                 )
                 .map_err(Status::from)

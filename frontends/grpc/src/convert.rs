@@ -117,12 +117,12 @@ pub fn partition_properties(p: PartitionProperties) -> pb::PartitionProperties {
     pb::PartitionProperties {
         event_hub: p.hub,
         partition_id: p.partition.to_string(),
-        begin_sequence_number: p.begin_sequence,
-        last_enqueued_sequence_number: p.last_enqueued_sequence,
+        begin_sequence_number: p.begin_sequence.0,
+        last_enqueued_sequence_number: p.last_enqueued_sequence.0,
         last_enqueued_offset: p.last_enqueued_offset.to_string(),
         last_enqueued_time_ms: p.last_enqueued_time_ms,
         is_empty: p.is_empty,
-        capture_next_sequence_number: p.capture_next_sequence,
+        capture_next_sequence_number: p.capture_next_sequence.0,
     }
 }
 
@@ -253,8 +253,8 @@ pub fn planned_move(planned: PlannedMove) -> pb::PlannedMove {
             kind: "replica".into(),
             event_hub: hub,
             partition_id: partition.to_string(),
-            from: from.unwrap_or(0),
-            to,
+            from: from.map_or(0, |n| n.0),
+            to: to.0,
         },
         PlannedMove::Leader {
             hub,
@@ -265,8 +265,8 @@ pub fn planned_move(planned: PlannedMove) -> pb::PlannedMove {
             kind: "leader".into(),
             event_hub: hub,
             partition_id: partition.to_string(),
-            from,
-            to,
+            from: from.0,
+            to: to.0,
         },
     }
 }

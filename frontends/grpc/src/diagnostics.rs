@@ -5,6 +5,7 @@ use tonic::{Request, Response, Status};
 use tributary_broker::service::ReadEvent;
 use tributary_proto::v1 as pb;
 use tributary_proto::v1::diagnostics_server::Diagnostics;
+use tributary_types::SequenceNumber;
 
 use crate::{GrpcApi, credential};
 
@@ -20,14 +21,14 @@ impl Diagnostics for GrpcApi {
             &credential,
             &req.event_hub,
             &req.partition_id,
-            req.from_sequence_number,
+            SequenceNumber(req.from_sequence_number),
             req.max_events,
         )?;
         Ok(Response::new(pb::ReplicaEventsResponse {
-            node: page.node,
+            node: page.node.0,
             is_leader: page.is_leader,
-            begin_sequence_number: page.begin_sequence,
-            next_sequence_number: page.next_sequence,
+            begin_sequence_number: page.begin_sequence.0,
+            next_sequence_number: page.next_sequence.0,
             events: page.events.into_iter().map(replica_event).collect(),
         }))
     }

@@ -5,6 +5,7 @@ use tonic::{Request, Response, Status};
 use tributary_broker::service::RuleKeyKind;
 use tributary_proto::v1 as pb;
 use tributary_proto::v1::management_server::Management;
+use tributary_types::NodeId;
 
 use crate::{GrpcApi, convert, credential};
 
@@ -27,7 +28,7 @@ impl Management for GrpcApi {
         let credential = credential(&request);
         let req = request.into_inner();
         self.service
-            .drain_node(&credential, req.node_id, req.drain)
+            .drain_node(&credential, NodeId(req.node_id), req.drain)
             .await?;
         Ok(Response::new(pb::DrainNodeResponse {}))
     }
@@ -39,7 +40,7 @@ impl Management for GrpcApi {
         let credential = credential(&request);
         let req = request.into_inner();
         self.service
-            .decommission_node(&credential, req.node_id, req.decommission)
+            .decommission_node(&credential, NodeId(req.node_id), req.decommission)
             .await?;
         Ok(Response::new(pb::DecommissionNodeResponse {}))
     }
@@ -51,7 +52,7 @@ impl Management for GrpcApi {
         let plan = self.service.plan_rebalance(&credential(&request)).await?;
         Ok(Response::new(pb::PlanRebalanceResponse {
             moves: plan.moves.into_iter().map(convert::planned_move).collect(),
-            down_nodes: plan.down_nodes,
+            down_nodes: plan.down_nodes.into_iter().map(|n| n.0).collect(),
         }))
     }
 

@@ -35,8 +35,8 @@ impl Producer for GrpcApi {
         let sent = self.service.send(&credential, request).await?;
         Ok(Response::new(pb::SendResponse {
             partition_id: sent.partition.to_string(),
-            first_sequence_number: sent.first_sequence,
-            offsets: sent.offsets.iter().map(i64::to_string).collect(),
+            first_sequence_number: sent.first_sequence.0,
+            offsets: sent.offsets.iter().map(ToString::to_string).collect(),
             enqueued_time_ms: sent.enqueued_time_ms,
         }))
     }
