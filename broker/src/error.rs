@@ -237,18 +237,16 @@ impl From<CommandError> for Error {
     }
 }
 
-impl From<PartitionError> for Error {
-    /// A partition's refusal, except NOT_LEADER: that needs the cluster view to name the
-    /// leader's address, so it goes through [`Broker::partition_error`](crate::Broker).
-    fn from(err: PartitionError) -> Self {
+impl Error {
+    /// A partition's refusal. NOT_LEADER needs the cluster view to name the leader's client
+    /// address, so `not_leader` makes it: callers go through
+    /// [`Broker::partition_error`](crate::Broker::partition_error).
+    pub(crate) fn from_partition(
+        err: PartitionError,
+        not_leader: impl FnOnce(Option<NodeId>) -> Error,
+    ) -> Self {
         match err {
-            PartitionError::NotLeader { leader } => Error::new(
-                ErrorKind::NotLeader {
-                    node: leader,
-                    client_addr: None,
-                },
-                "this node does not lead the partition",
-            ),
+            PartitionError::NotLeader { leader } => not_leader(leader),
             PartitionError::Busy => Error::busy(
                 "the partition has too many sends in flight. Please wait 1 seconds and try again",
                 Duration::from_secs(1),

@@ -120,17 +120,16 @@ impl Broker {
 
     /// Maps a partition error, naming the leader's client address for NOT_LEADER.
     pub fn partition_error(&self, err: PartitionError) -> Error {
-        match err {
-            PartitionError::NotLeader { leader } => self.not_leader(
+        Error::from_partition(err, |leader| {
+            self.not_leader(
                 leader,
                 match leader {
                     Some(l) => format!("this node does not lead the partition; node {l} does"),
                     None => "this node does not lead the partition and no leader is known yet"
                         .to_string(),
                 },
-            ),
-            other => Error::from(other),
-        }
+            )
+        })
     }
 
     pub fn check_consumer_group(&self, hub: &HubRecord, name: &str) -> Result<(), Error> {

@@ -59,7 +59,7 @@ impl Service {
         let progress = partition.progress();
         let events = partition
             .read(from_sequence.0, max_events as usize)
-            .map_err(Error::from)?;
+            .map_err(|e| self.broker.partition_error(e))?;
         Ok(ReplicaEvents {
             node: NodeId(node),
             is_leader: partition.is_leader(),

@@ -136,7 +136,9 @@ impl Service {
             }
             n => n,
         } as usize;
-        let start = partition.resolve(request.position).map_err(Error::from)?;
+        let start = partition
+            .resolve(request.position)
+            .map_err(|e| self.broker.partition_error(e))?;
         let slot = self.readers.attach(
             (hub.id, group.to_string(), index),
             &request.reader_name,
@@ -154,6 +156,10 @@ impl Service {
                     "the partition was closed: event hub '{hub_name}' was deleted"
                 )),
             }
+        };
+        let failed = {
+            let broker = self.broker.clone();
+            move |err| broker.partition_error(err)
         };
         let traffic = HubTraffic::of(&hub.name);
         let broker = self.broker.clone();
@@ -177,6 +183,7 @@ impl Service {
             closing,
             egress_limit,
             closed,
+            failed,
         ));
         Ok(rx)
     }
@@ -239,6 +246,7 @@ async fn stream_events(
     mut closing: tokio::sync::watch::Receiver<bool>,
     egress_limit: impl Fn() -> (u32, u16),
     closed: impl Fn() -> Error,
+    failed: impl Fn(crate::partition::PartitionError) -> Error,
 ) {
     let Read {
         partition,
@@ -258,7 +266,7 @@ async fn stream_events(
         let events = match partition.read(next, max_batch) {
             Ok(events) => events,
             Err(err) => {
-                let _ = tx.send(Err(Error::from(err))).await;
+                let _ = tx.send(Err(failed(err))).await;
                 return;
             }
         };
