@@ -1,4 +1,4 @@
-//! Checking a call's shared access signature (`--auth sas`): every [`Service`] call checks
+//! Checking a call's shared access signature (`--auth sas`): every [`Service`](crate::Service) call checks
 //! the [`Credential`] its front end presents first, naming the scope it acts on and the
 //! rights it needs.
 //!

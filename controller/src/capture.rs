@@ -28,7 +28,7 @@ pub enum CaptureDestination {
 }
 
 impl fmt::Display for CaptureDestination {
-    /// The destination as [`parse_destination`] reads it back.
+    /// The destination as the broker's `capture::parse_destination` reads it back.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CaptureDestination::Directory { path } => write!(f, "file://{path}"),

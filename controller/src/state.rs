@@ -351,7 +351,7 @@ pub enum Command {
         hub: String,
         name: String,
     },
-    /// A checkpoint store operation; applied to the [`ConsumerStore`], not to this state.
+    /// A checkpoint store operation; applied to the [`ConsumerStore`](crate::store::ConsumerStore), not to this state.
     Store(StoreCommand),
     /// Changes a hub's settings; each applies at once.
     UpdateHub {

@@ -1,6 +1,6 @@
 //! The node's view of hubs and the partitions it hosts. Split by job:
-//! [`replicas`] starts and drops local replicas to match the cluster state, [`leadership`]
-//! keeps each led partition's voters and leader where placement wants them, [`routing`]
+//! `replicas` starts and drops local replicas to match the cluster state, `leadership`
+//! keeps each led partition's voters and leader where placement wants them, `routing`
 //! finds the replica a call goes to (or the NOT_LEADER naming the node to ask). The
 //! [`Service`](crate::Service) is the API over it.
 
