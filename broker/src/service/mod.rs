@@ -76,16 +76,6 @@ impl Service {
         }
     }
 
-    /// The broker behind the service (the node's HTTP and background tasks use it).
-    pub fn broker(&self) -> &Arc<Broker> {
-        &self.broker
-    }
-
-    /// Whether calls are checked (`--auth sas`).
-    pub fn auth_enabled(&self) -> bool {
-        self.auth.enabled()
-    }
-
     fn check(
         &self,
         credential: &Credential,
