@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::StreamExt;
-use tokio::time::Instant;
 use tributary_client::{
     CleanupPolicy, EventData, EventPosition, HubOptions, ReceivedEvent, SendTarget,
 };
+use tributary_cluster_tests::eventually;
 
 use crate::support::TestNode;
 
@@ -119,18 +119,15 @@ fn as_sent(events: &[ReceivedEvent]) -> Sent {
 
 /// Waits until reading the hub gives exactly `want`.
 async fn await_contents(node: &TestNode, hub: &str, want: &Sent, what: &str) {
-    let deadline = Instant::now() + WAIT;
-    loop {
+    eventually(WAIT, what, async || {
         let got = as_sent(&read_all(node, hub).await);
         if &got == want {
-            return;
+            Ok(())
+        } else {
+            Err(format!("read {got:?}, expected {want:?}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: read {got:?}, expected {want:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -220,19 +217,16 @@ async fn a_size_cap_removes_the_oldest_events() {
     }
     // 256 KiB sent: the partition keeps what fits in the cap, the newest events (removal
     // may take more than one pass).
-    let deadline = Instant::now() + WAIT;
-    let events = loop {
+    let events = eventually(WAIT, format!("at most {CAP} bytes retained"), async || {
         let events = read_all(&node, "capped").await;
         let retained: u64 = events.iter().map(|e| e.body.len() as u64).sum();
         if retained <= CAP {
-            break events;
+            Ok(events)
+        } else {
+            Err(format!("{retained} bytes still retained"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "{retained} bytes still retained, cap {CAP}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    })
+    .await;
     let begin = node
         .client
         .get_partition_properties("capped", "0")
@@ -296,11 +290,15 @@ async fn events_not_captured_yet_outlive_their_retention() {
     node.clock.advance_ms(10_000);
 
     // Capture keeps failing; retention passes run; nothing is removed.
-    let deadline = Instant::now() + WAIT;
-    while metric(&node, "tributary_capture_errors_total").await < 3.0 {
-        assert!(Instant::now() < deadline, "capture never tried to write");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(
+        WAIT,
+        "capture tried to write three times",
+        async || match metric(&node, "tributary_capture_errors_total").await {
+            errors if errors >= 3.0 => Ok(()),
+            errors => Err(format!("{errors} capture errors")),
+        },
+    )
+    .await;
     let passes = metric(&node, "tributary_storage_data_bytes").await;
     assert!(passes > 0.0, "a retention pass has run");
     let props = node
@@ -316,24 +314,22 @@ async fn events_not_captured_yet_outlive_their_retention() {
 
     // The destination recovers: capture back-fills, then retention removes the events.
     std::fs::remove_file(&blocker).unwrap();
-    let deadline = Instant::now() + WAIT;
-    loop {
+    eventually(WAIT, "every event captured, then removed", async || {
         let props = node
             .client
             .get_partition_properties("archived", "0")
             .await
             .unwrap();
         if props.capture_next_sequence_number == 10 && props.begin_sequence_number == 10 {
-            break;
+            Ok(())
+        } else {
+            Err(format!(
+                "captured through {}, begin {}",
+                props.capture_next_sequence_number, props.begin_sequence_number
+            ))
         }
-        assert!(
-            Instant::now() < deadline,
-            "captured through {}, begin {}",
-            props.capture_next_sequence_number,
-            props.begin_sequence_number
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     let files: Vec<_> = walk(&blocker);
     assert_eq!(files.len(), 1, "{files:?}");
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use tributary_client::{CheckpointStore, ClusterCheckpointStore};
+use tributary_cluster_tests::eventually;
 
 use crate::support::TestNode;
 
@@ -71,23 +72,26 @@ async fn checkpoints_do_not_keep_segment_files_alive() {
     // newest few may: the controller's entries since its last snapshot and the kept ones
     // behind it (up to 150 entries, some 16 KiB), and those not yet covered by a storage
     // checkpoint (each second). The controller's purged entries free all older ones.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let segments = segment_ids(&data_dir);
-        let newest = segments.last().copied().unwrap_or(0);
-        assert!(
-            newest >= 20,
-            "the test wrote only {newest} segments of log: {segments:?}"
-        );
-        if segments.len() <= SEGMENTS_LEFT_MAX {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "segment files {segments:?} of {SEGMENT_BYTES} bytes remain"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually(
+        Duration::from_secs(30),
+        format!("at most {SEGMENTS_LEFT_MAX} segment files left"),
+        async || {
+            let segments = segment_ids(&data_dir);
+            let newest = segments.last().copied().unwrap_or(0);
+            assert!(
+                newest >= 20,
+                "the test wrote only {newest} segments of log: {segments:?}"
+            );
+            if segments.len() <= SEGMENTS_LEFT_MAX {
+                Ok(())
+            } else {
+                Err(format!(
+                    "segment files {segments:?} of {SEGMENT_BYTES} bytes remain"
+                ))
+            }
+        },
+    )
+    .await;
     let checkpoints = store.list_checkpoints("orders", "$Default").await.unwrap();
     assert_eq!(checkpoints.len(), 8);
     assert!(checkpoints.values().all(|c| c.sequence_number == 499));

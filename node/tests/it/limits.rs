@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tributary_client::{Client, ClientError, ErrorReason};
+use tributary_cluster_tests::eventually;
 
 use crate::support::TestNode;
 
@@ -49,16 +50,16 @@ async fn connections_over_the_limit_are_told_why() {
     // The second client goes away: the third gets its place once its refused connection
     // has closed and it connects again.
     drop(second);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        match third.list_event_hubs().await {
-            Ok(_) => break,
-            Err(e) if e.is_transient() && tokio::time::Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(200)).await
-            }
+    eventually(
+        Duration::from_secs(30),
+        "the freed place given to the third client",
+        async || match third.list_event_hubs().await {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_transient() => Err(e.to_string()),
             Err(e) => panic!("the freed place was not given to the third client: {e}"),
-        }
-    }
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
