@@ -101,14 +101,24 @@ async fn a_send_stuck_without_a_quorum_does_not_hold_up_shutdown() {
         .await
         .unwrap();
     let leader = cluster.partition_leader("stuck", "0").await;
+    let leader_client = Client::connect(&cluster.nodes[leader].endpoint())
+        .await
+        .unwrap();
+    // The new partition has settled: its leader has committed a send with every replica up.
+    leader_client
+        .producer()
+        .send(
+            "stuck",
+            SendTarget::PartitionId("0".into()),
+            [EventData::from_body("committed")],
+        )
+        .await
+        .unwrap();
     for (i, node) in cluster.nodes.iter_mut().enumerate() {
         if i != leader {
             node.pause();
         }
     }
-    let leader_client = Client::connect(&cluster.nodes[leader].endpoint())
-        .await
-        .unwrap();
     let send = tokio::spawn(async move {
         leader_client
             .producer()
