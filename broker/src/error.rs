@@ -72,10 +72,6 @@ impl Error {
         Self::new(ErrorKind::InvalidArgument, message)
     }
 
-    pub fn already_exists(message: impl Into<String>) -> Self {
-        Self::new(ErrorKind::AlreadyExists, message)
-    }
-
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Internal, message)
     }
@@ -92,14 +88,6 @@ impl Error {
     pub fn retry_after(&self) -> Option<Duration> {
         match self.kind {
             ErrorKind::ServerBusy { retry_after } => Some(retry_after),
-            _ => None,
-        }
-    }
-
-    /// The client address of the node believed to lead, for NOT_LEADER.
-    pub fn leader_client_addr(&self) -> Option<&str> {
-        match &self.kind {
-            ErrorKind::NotLeader { client_addr, .. } => client_addr.as_deref(),
             _ => None,
         }
     }
