@@ -44,6 +44,21 @@ pub enum CertCommand {
     /// (mutual TLS on the peer port): `<name>.pem` (the node's certificate, then the CA's)
     /// and `<name>.key` (private key, mode 0600) in --out.
     Node(NodeArgs),
+    /// Make a cluster key: a random secret every node of a cluster is given with
+    /// --cluster-key-file, so that only they can use each other's peer ports. Written as
+    /// 64 hexadecimal digits, mode 0600; copy the file to every node.
+    ClusterKey(ClusterKeyArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClusterKeyArgs {
+    /// The file to write; its directory is created if missing.
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// Replace the file if it exists (nodes still holding the old key can no longer reach
+    /// those given the new one).
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -104,6 +119,15 @@ pub fn run(command: CertCommand, now: SystemTime, json: bool) -> anyhow::Result<
     let written = match command {
         CertCommand::Ca(args) => make_ca(&args, now)?,
         CertCommand::Node(args) => make_node(&args, now)?,
+        CertCommand::ClusterKey(args) => {
+            make_cluster_key(&args)?;
+            if json {
+                println!("{}", serde_json::json!({ "cluster_key": args.out }));
+            } else {
+                println!("wrote {}", args.out.display());
+            }
+            return Ok(());
+        }
     };
     if json {
         println!("{}", serde_json::to_string(&written)?);
@@ -112,6 +136,27 @@ pub fn run(command: CertCommand, now: SystemTime, json: bool) -> anyhow::Result<
         println!("wrote {}", written.key.display());
     }
     Ok(())
+}
+
+/// Writes a new random cluster key to `args.out`, mode 0600.
+pub fn make_cluster_key(args: &ClusterKeyArgs) -> anyhow::Result<()> {
+    if !args.force && args.out.exists() {
+        bail!(
+            "{} exists; pass --force to replace it (every node must then be given the new \
+             key), or choose another --out",
+            args.out.display()
+        );
+    }
+    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create directory {}", dir.display()))?;
+    }
+    write_new(
+        &args.out,
+        &tributary_raft::peer_key::ClusterKey::generate(),
+        KEY_FILE_MODE,
+        args.force,
+    )
 }
 
 /// Makes a self-signed CA certificate and its key in `args.out`.
@@ -493,6 +538,29 @@ mod tests {
             );
         }
         client_accepts(&ca_dir, &chain).expect("accepted as a client certificate");
+    }
+
+    #[test]
+    fn a_cluster_key_is_random_private_and_never_replaced_silently() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = |name: &str, force| ClusterKeyArgs {
+            out: dir.path().join("keys").join(name),
+            force,
+        };
+        make_cluster_key(&args("a.key", false)).unwrap();
+        make_cluster_key(&args("b.key", false)).unwrap();
+        let a = std::fs::read(dir.path().join("keys/a.key")).unwrap();
+        let b = std::fs::read(dir.path().join("keys/b.key")).unwrap();
+        assert_ne!(a, b);
+        tributary_raft::peer_key::ClusterKey::from_text(&a, "a.key").expect("a usable key");
+        assert_eq!(mode(&dir.path().join("keys/a.key")), 0o600);
+        let error = make_cluster_key(&args("a.key", false))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--force"), "{error}");
+        assert_eq!(std::fs::read(dir.path().join("keys/a.key")).unwrap(), a);
+        make_cluster_key(&args("a.key", true)).unwrap();
+        assert_ne!(std::fs::read(dir.path().join("keys/a.key")).unwrap(), a);
     }
 
     #[test]

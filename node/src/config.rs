@@ -168,6 +168,19 @@ pub struct ServeArgs {
     /// PEM private key of --peer-cert. [env: TRIBUTARY_PEER_KEY]
     #[arg(long, value_name = "FILE")]
     pub peer_key: Option<PathBuf>,
+    /// File holding the cluster key, a secret every node of the cluster shares (make one
+    /// with `tributary cert cluster-key --out FILE`): every peer connection, both ways,
+    /// proves knowledge of it before any peer call is served. With or instead of mutual
+    /// TLS. [env: TRIBUTARY_CLUSTER_KEY_FILE]
+    #[arg(long, value_name = "FILE")]
+    pub cluster_key_file: Option<PathBuf>,
+    /// Serve the peer port on a non-loopback --peer-addr with nothing authenticating the
+    /// nodes that connect (no mutual TLS, no cluster key): anyone who reaches it can run
+    /// controller commands and read the cluster's keys. Only for isolated test networks;
+    /// the node warns at startup and reports tributary_peer_insecure 1 in /metrics.
+    /// [env: TRIBUTARY_PEER_INSECURE]
+    #[arg(long)]
+    pub peer_insecure: bool,
     /// Log as JSON lines instead of human-readable text. [env: TRIBUTARY_LOG_JSON]
     #[arg(long)]
     pub log_json: bool,
@@ -218,6 +231,8 @@ struct FileConfig {
     peer_ca: Option<PathBuf>,
     peer_cert: Option<PathBuf>,
     peer_key: Option<PathBuf>,
+    cluster_key_file: Option<PathBuf>,
+    peer_insecure: Option<bool>,
     log_json: Option<bool>,
     auth: Option<AuthMode>,
 }
@@ -329,6 +344,10 @@ pub struct NodeConfig {
     pub retention: RetentionSettings,
     pub segment_bytes: u64,
     pub tls: crate::tls::TlsSettings,
+    /// The cluster key's file (`--cluster-key-file`).
+    pub cluster_key_file: Option<PathBuf>,
+    /// `--peer-insecure`: the peer port may face the network with nothing authenticating it.
+    pub peer_insecure: bool,
     pub log_json: bool,
     pub auth: AuthMode,
     /// The root rule's primary key when this node creates it: `TRIBUTARY_ROOT_KEY`, an
@@ -363,6 +382,8 @@ impl NodeConfig {
             retention: RetentionSettings::default(),
             segment_bytes: SEGMENT_BYTES_DEFAULT,
             tls: crate::tls::TlsSettings::default(),
+            cluster_key_file: None,
+            peer_insecure: false,
             log_json: false,
             auth: AuthMode::None,
             root_key: None,
@@ -598,6 +619,13 @@ impl ServeArgs {
                     .or(file.raft_log_keep_entries)
                     .unwrap_or(tributary_raft::RaftSettings::default().log_keep_entries),
             },
+            cluster_key_file: self
+                .cluster_key_file
+                .or(env("TRIBUTARY_CLUSTER_KEY_FILE")?)
+                .or(file.cluster_key_file),
+            peer_insecure: self.peer_insecure
+                || env::<bool>("TRIBUTARY_PEER_INSECURE")?.unwrap_or(false)
+                || file.peer_insecure.unwrap_or(false),
             log_json: self.log_json
                 || env::<bool>("TRIBUTARY_LOG_JSON")?.unwrap_or(false)
                 || file.log_json.unwrap_or(false),
@@ -671,6 +699,22 @@ impl ServeArgs {
         }
         if !(64 * 1024..=1024 * 1024 * 1024).contains(&config.segment_bytes) {
             bail!("--segment-bytes must be between 65536 and 1073741824");
+        }
+        if !config.peer_addr.ip().is_loopback()
+            && config.tls.peer.is_none()
+            && config.cluster_key_file.is_none()
+            && !config.peer_insecure
+        {
+            bail!(
+                "--peer-addr {} is reachable from other machines, and nothing would \
+                 authenticate the nodes that connect to it: anyone reaching it could run \
+                 controller commands and read the cluster's keys. Protect the peer port with \
+                 a cluster key (--cluster-key-file FILE, made by `tributary cert cluster-key \
+                 --out FILE`, the same file on every node), or with mutual TLS (--peer-ca, \
+                 --peer-cert, --peer-key), or accept the risk on an isolated network with \
+                 --peer-insecure",
+                config.peer_addr
+            );
         }
         Ok(config)
     }
@@ -971,6 +1015,32 @@ mod tests {
         assert_eq!(config.placement, PlacementSettings::default());
         assert_eq!(config.retention, RetentionSettings::default());
         assert_eq!(config.connections, ConnectionSettings::default());
+    }
+
+    #[test]
+    fn a_peer_port_facing_the_network_needs_protection_or_an_explicit_opt_out() {
+        let resolve = |peer_addr: &str, key: bool, insecure: bool| {
+            ServeArgs {
+                peer_addr: Some(peer_addr.parse().unwrap()),
+                cluster_key_file: key.then(|| "cluster.key".into()),
+                peer_insecure: insecure,
+                ..Default::default()
+            }
+            .resolve()
+        };
+        let error = resolve("0.0.0.0:7401", false, false)
+            .unwrap_err()
+            .to_string();
+        for option in ["--cluster-key-file", "--peer-ca", "--peer-insecure"] {
+            assert!(error.contains(option), "{error}");
+        }
+        assert!(resolve("10.1.2.3:7401", false, false).is_err());
+        let keyed = resolve("0.0.0.0:7401", true, false).unwrap();
+        assert_eq!(keyed.cluster_key_file, Some("cluster.key".into()));
+        assert!(resolve("0.0.0.0:7401", false, true).unwrap().peer_insecure);
+        // Loopback reaches no other machine.
+        assert!(resolve("127.0.0.1:7401", false, false).is_ok());
+        assert!(resolve("[::1]:7401", false, false).is_ok());
     }
 
     #[test]

@@ -274,6 +274,16 @@ fn describe_added_metrics() {
         "tributary_auth_refused_total",
         "Client requests refused by authorization, by reason"
     );
+    describe_gauge!(
+        "tributary_peer_insecure",
+        "1 when the peer port faces the network with nothing authenticating nodes \
+         (--peer-insecure), else 0"
+    );
+    describe_counter!(
+        "tributary_peer_refused_total",
+        "Peer-port connections refused before any call was served, by reason (no_key, \
+         wrong_key, tls, timeout, busy, handshake_failed)"
+    );
     describe_counter!(
         "tributary_tls_connections_refused_total",
         "Connections refused during the TLS handshake, by port"

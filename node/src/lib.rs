@@ -8,6 +8,7 @@ pub mod config;
 pub mod http;
 pub mod identity;
 pub mod limits;
+pub mod peer_port;
 pub mod restart_drain;
 pub mod root_connection_string;
 pub mod tls;
@@ -31,6 +32,7 @@ use tributary_proto::v1::consumer_server::ConsumerServer;
 use tributary_proto::v1::diagnostics_server::DiagnosticsServer;
 use tributary_proto::v1::management_server::ManagementServer;
 use tributary_proto::v1::producer_server::ProducerServer;
+use tributary_raft::peer_key::ClusterKey;
 use tributary_raft::{GroupHost, PeerRouter, PeerService};
 use tributary_storage::{Shard, ShardConfig};
 use tributary_types::{NodeId, SystemClock};
@@ -130,12 +132,25 @@ impl Node {
         let peer_addr = peer_listener.local_addr()?;
 
         let node_tls = tls::NodeTls::load(&config.tls)?;
+        let cluster_key = config
+            .cluster_key_file
+            .as_deref()
+            .map(ClusterKey::read)
+            .transpose()?;
+        let peer_connector = node_tls
+            .peer_connector
+            .clone()
+            .with_key(cluster_key.clone());
+        let peer_door = peer_port::PeerDoor {
+            tls: node_tls.peer_port.clone(),
+            key: cluster_key,
+        };
+        let peer_protected = peer_door.is_protected();
         let node_id = NodeId(identity.node_id);
-        let connector: Arc<dyn tributary_raft::Connector> =
-            Arc::new(node_tls.peer_connector.clone());
+        let connector: Arc<dyn tributary_raft::Connector> = Arc::new(peer_connector.clone());
         let host = GroupHost::with_settings(
             node_id,
-            PeerRouter::new(node_id.0, node_tls.peer_connector.clone()),
+            PeerRouter::new(node_id.0, peer_connector),
             config.raft,
         );
         host.hibernate_idle();
@@ -200,24 +215,15 @@ impl Node {
                 broker: broker.clone(),
             }));
         let peer_gate = limits::ConnectionGate::new("peer", connections.max_connections);
-        let peer_server = tokio::spawn(match node_tls.peer_port {
-            None => futures::future::Either::Left(peer_router.serve_with_incoming_shutdown(
-                limits::incoming(peer_listener, peer_gate, connections.idle_timeout),
-                stopped(shutdown_rx.clone()),
-            )),
-            Some(config) => {
-                futures::future::Either::Right(peer_router.serve_with_incoming_shutdown(
-                    tls::incoming(
-                        peer_listener,
-                        config,
-                        tls::TlsPort::Peer,
-                        peer_gate,
-                        connections.idle_timeout,
-                    ),
-                    stopped(shutdown_rx.clone()),
-                ))
-            }
-        });
+        let peer_server = tokio::spawn(peer_router.serve_with_incoming_shutdown(
+            peer_port::incoming(
+                peer_listener,
+                peer_door,
+                peer_gate,
+                connections.idle_timeout,
+            ),
+            stopped(shutdown_rx.clone()),
+        ));
         // HTTP first: /healthz answers while the node waits for its peers (a liveness probe
         // must not kill a node that is only waiting), /readyz says it has not joined yet.
         let drain = restart_drain::RestartDrain::new(broker.clone(), &config.data_dir);
@@ -267,6 +273,7 @@ impl Node {
 
         // The recorder first, so the auth gauge set next is kept.
         http::metrics_handle();
+        report_peer_protection(&config, peer_protected, peer_addr);
         let auth = Auth::new(config.auth == config::AuthMode::Sas, runtime.clone(), clock);
         match config.auth {
             config::AuthMode::Sas => {
@@ -469,6 +476,25 @@ fn init_logging(json: bool) {
 /// How often the gRPC servers ping a connection with no traffic (and how long they wait
 /// for the answer before closing it): often enough that a healthy connection is never idle
 /// for `idle_timeout` (the answers are traffic), at most every 30 s.
+/// Says at startup how the peer port authenticates nodes: `tributary_peer_insecure` is 1
+/// when it faces the network with nothing doing so (`--peer-insecure`), with a warning.
+fn report_peer_protection(config: &NodeConfig, protected: bool, peer_addr: SocketAddr) {
+    let open = !protected && !peer_addr.ip().is_loopback();
+    metrics::gauge!("tributary_peer_insecure").set(if open { 1.0 } else { 0.0 });
+    if open {
+        tracing::warn!(
+            "THE PEER PORT IS OPEN (--peer-insecure): anyone who reaches {peer_addr} can run \
+             controller commands, inject Raft messages and read the cluster's keys. Use it \
+             only on an isolated network; protect it with --cluster-key-file or mutual TLS \
+             otherwise"
+        );
+    } else if config.peer_insecure {
+        tracing::info!(
+            "--peer-insecure has no effect: the peer port is protected or bound to loopback"
+        );
+    }
+}
+
 fn keepalive_interval(idle_timeout: std::time::Duration) -> std::time::Duration {
     (idle_timeout / 3).min(std::time::Duration::from_secs(30))
 }

@@ -127,9 +127,15 @@ impl NodeTls {
                     .with_custom_certificate_verifier(Arc::new(PeerServers(ca)))
                     .with_client_cert_resolver(cert);
                 client.alpn_protocols = vec![ALPN_H2.to_vec()];
-                (Some(Arc::new(server)), PeerConnector::Tls(Arc::new(client)))
+                (
+                    Some(Arc::new(server)),
+                    PeerConnector {
+                        tls: Some(Arc::new(client)),
+                        key: None,
+                    },
+                )
             }
-            None => (None, PeerConnector::Plain),
+            None => (None, PeerConnector::default()),
         };
         Ok(NodeTls {
             client_port,
@@ -479,22 +485,35 @@ impl rustls::client::ResolvesClientCert for ReloadingCert {
     }
 }
 
-/// How this node dials other nodes' peer ports: plain text, or mutual TLS.
-#[derive(Clone)]
-pub enum PeerConnector {
-    Plain,
-    Tls(Arc<rustls::ClientConfig>),
+/// How this node dials other nodes' peer ports: plain TCP or mutual TLS, then the
+/// cluster-key handshake when the node has a key (see [`crate::peer_port`]).
+#[derive(Clone, Default)]
+pub struct PeerConnector {
+    tls: Option<Arc<rustls::ClientConfig>>,
+    key: Option<tributary_raft::peer_key::ClusterKey>,
+}
+
+impl PeerConnector {
+    /// This connector, proving `key` on every connection.
+    pub fn with_key(mut self, key: Option<tributary_raft::peer_key::ClusterKey>) -> Self {
+        self.key = key;
+        self
+    }
 }
 
 impl Connector for PeerConnector {
     fn channel(&self, addr: &str) -> Result<Channel, String> {
-        match self {
-            PeerConnector::Plain => tributary_raft::TcpConnector.channel(addr),
-            PeerConnector::Tls(config) => Ok(tributary_raft::peer_endpoint("https", addr)?
-                .connect_with_connector_lazy(
-                    TlsConnector::new(config.clone()).naming_ca_setting("--peer-ca FILE"),
-                )),
+        if self.tls.is_none() && self.key.is_none() {
+            return tributary_raft::TcpConnector.channel(addr);
         }
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let dialer = crate::peer_port::PeerDialer {
+            tls: self.tls.as_ref().map(|config| {
+                TlsConnector::new(config.clone()).naming_ca_setting("--peer-ca FILE")
+            }),
+            key: self.key.clone(),
+        };
+        Ok(tributary_raft::peer_endpoint(scheme, addr)?.connect_with_connector_lazy(dialer))
     }
 }
 
@@ -641,13 +660,18 @@ async fn accept_loop(
 }
 
 fn refused(port: TlsPort, remote: std::net::SocketAddr, reason: &str) {
-    metrics::counter!("tributary_tls_connections_refused_total", "port" => port.name())
-        .increment(1);
+    count_refusal(port);
     tracing::warn!(port = port.name(), %remote, reason, "refused a connection");
 }
 
+/// Counts a connection refused during its TLS handshake.
+pub(crate) fn count_refusal(port: TlsPort) {
+    metrics::counter!("tributary_tls_connections_refused_total", "port" => port.name())
+        .increment(1);
+}
+
 /// The TLS handshake of one connection, or why there is none.
-async fn handshake(
+pub(crate) async fn handshake(
     tcp: TcpStream,
     acceptor: tokio_rustls::TlsAcceptor,
     port: TlsPort,

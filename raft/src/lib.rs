@@ -8,6 +8,7 @@ mod log_store;
 mod member;
 mod membership;
 mod network;
+pub mod peer_key;
 mod peer_service;
 pub mod quiet;
 mod types;
