@@ -782,6 +782,9 @@ pub struct ClusterService {
 #[tonic::async_trait]
 impl Cluster for ClusterService {
     async fn hello(&self, request: Request<HelloRequest>) -> Result<Response<HelloReply>, Status> {
+        if let Some(node) = &request.get_ref().node {
+            tributary_raft::PeerCaller::check_sender(&request, node.id)?;
+        }
         let req = request.into_inner();
         let rt = &self.runtime;
         let ours = rt.cluster_id();

@@ -36,6 +36,17 @@ impl LocalCluster {
         extra_args: &[String],
         env: &[(&str, &str)],
     ) -> LocalCluster {
+        LocalCluster::start_with_node_args(dir, n, |_| extra_args.to_vec(), env).await
+    }
+
+    /// Like [`LocalCluster::start_with_args`], with flags of their own for each node, by
+    /// node id (e.g. a certificate naming it: see [`crate::TestCa::node_cert`]).
+    pub async fn start_with_node_args(
+        dir: &Path,
+        n: usize,
+        extra_args: impl Fn(u64) -> Vec<String>,
+        env: &[(&str, &str)],
+    ) -> LocalCluster {
         let ports: Vec<NodePorts> = (0..n).map(|_| NodePorts::free()).collect();
         let seeds = ports
             .iter()
@@ -55,7 +66,7 @@ impl LocalCluster {
                     n.to_string(),
                 ]
                 .into_iter()
-                .chain(extra_args.iter().cloned())
+                .chain(extra_args(i as u64 + 1))
                 .collect::<Vec<_>>();
                 NodeProcess::launch_with_env(
                     &dir.join(format!("node-{}", i + 1)),

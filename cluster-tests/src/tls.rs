@@ -37,23 +37,34 @@ impl TestCa {
     }
 
     /// Makes (or with a new key and serial, remakes) node certificate `name`, valid for
-    /// 127.0.0.1 and localhost.
-    pub async fn node_cert(&self, name: &str) -> NodeCert {
+    /// 127.0.0.1 and localhost, naming node `node_id` (needed on the peer port).
+    pub async fn node_cert(&self, name: &str, node_id: Option<u64>) -> NodeCert {
         let out = self.dir.join("nodes");
-        run_cert(&[
-            "node",
-            "--ca",
-            self.dir.to_str().expect("UTF-8 path"),
-            "--out",
-            out.to_str().expect("UTF-8 path"),
-            "--name",
-            name,
-            "--ip",
-            "127.0.0.1",
-            "--dns",
-            "localhost",
-            "--force",
-        ])
+        let node_id = node_id.map(|id| id.to_string());
+        let node_id_args = match &node_id {
+            Some(id) => vec!["--node-id", id.as_str()],
+            None => Vec::new(),
+        };
+        run_cert(
+            &[
+                &["node"][..],
+                &node_id_args,
+                &[
+                    "--ca",
+                    self.dir.to_str().expect("UTF-8 path"),
+                    "--out",
+                    out.to_str().expect("UTF-8 path"),
+                    "--name",
+                    name,
+                    "--ip",
+                    "127.0.0.1",
+                    "--dns",
+                    "localhost",
+                    "--force",
+                ][..],
+            ]
+            .concat(),
+        )
         .await;
         NodeCert {
             cert: out.join(format!("{name}.pem")),

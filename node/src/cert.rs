@@ -23,6 +23,27 @@ use rcgen::{
 pub const CA_CERT_FILE: &str = "ca.pem";
 pub const CA_KEY_FILE: &str = "ca.key";
 
+/// A node certificate names its node id as a URI subject alternative name: this, then the
+/// id in decimal.
+pub const NODE_ID_URI_PREFIX: &str = "urn:tributary:node:";
+
+/// The node id a certificate (DER) names, if it names exactly one.
+pub fn certificate_node_id(der: &[u8]) -> Option<u64> {
+    use x509_parser::prelude::{FromDer as _, GeneralName, X509Certificate};
+    let (_, cert) = X509Certificate::from_der(der).ok()?;
+    let names = cert.subject_alternative_name().ok()??;
+    let mut ids = names
+        .value
+        .general_names
+        .iter()
+        .filter_map(|name| match name {
+            GeneralName::URI(uri) => uri.strip_prefix(NODE_ID_URI_PREFIX),
+            _ => None,
+        });
+    let id = ids.next()?.parse().ok()?;
+    ids.next().is_none().then_some(id)
+}
+
 const KEY_FILE_MODE: u32 = 0o600;
 const CERT_FILE_MODE: u32 = 0o644;
 /// Certificates start this long before they are made, so a node whose clock is a little
@@ -98,6 +119,12 @@ pub struct NodeArgs {
     /// 127.0.0.1.
     #[arg(long = "ip", value_name = "ADDR")]
     pub ip_addrs: Vec<IpAddr>,
+    /// The node id the certificate names (a URI `urn:tributary:node:<ID>` among its
+    /// subject alternative names): with mutual TLS on the peer port, a node's certificate
+    /// must name its --node-id, and peers present only such certificates. Without it the
+    /// certificate serves the client port only.
+    #[arg(long, value_name = "ID", value_parser = clap::value_parser!(u64).range(1..=tributary_raft::NODE_ID_MAX))]
+    pub node_id: Option<u64>,
     /// Days the certificate is valid.
     #[arg(long, default_value_t = 825, value_parser = clap::value_parser!(u32).range(1..=i64::from(DAYS_MAX)))]
     pub days: u32,
@@ -201,6 +228,12 @@ pub fn make_node(args: &NodeArgs, now: SystemTime) -> anyhow::Result<WrittenFile
     let mut params = CertificateParams::default();
     params.distinguished_name = distinguished_name(&args.name);
     params.subject_alt_names = subject_alt_names(&args.name, &args.dns_names, &args.ip_addrs)?;
+    if let Some(node) = args.node_id {
+        let uri = format!("{NODE_ID_URI_PREFIX}{node}");
+        params
+            .subject_alt_names
+            .push(SanType::URI(uri.try_into().expect("the URI is ASCII")));
+    }
     params.is_ca = IsCa::ExplicitNoCa;
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages = vec![
@@ -444,6 +477,7 @@ mod tests {
             name: name.to_owned(),
             dns_names: Vec::new(),
             ip_addrs: Vec::new(),
+            node_id: None,
             days: 30,
             force: false,
         }
@@ -538,6 +572,15 @@ mod tests {
             );
         }
         client_accepts(&ca_dir, &chain).expect("accepted as a client certificate");
+        assert_eq!(certificate_node_id(&chain[0]), None, "no --node-id");
+
+        let mut args = node_args(&ca_dir, &dir.path().join("certs"), "node-7");
+        args.node_id = Some(7);
+        let node = make_node(&args, SystemTime::now()).unwrap();
+        let chain = certs(&node.certificate);
+        assert_eq!(certificate_node_id(&chain[0]), Some(7));
+        client_accepts(&ca_dir, &chain).expect("accepted as a client certificate");
+        server_accepts(&ca_dir, &chain, "localhost").expect("still valid for its names");
     }
 
     #[test]

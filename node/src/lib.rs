@@ -131,7 +131,7 @@ impl Node {
         let http_addr = http_listener.local_addr()?;
         let peer_addr = peer_listener.local_addr()?;
 
-        let node_tls = tls::NodeTls::load(&config.tls)?;
+        let node_tls = tls::NodeTls::load(&config.tls, identity.node_id)?;
         let cluster_key = config
             .cluster_key_file
             .as_deref()

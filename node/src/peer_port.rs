@@ -25,7 +25,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
 use tonic::transport::Uri;
-use tonic::transport::server::{Connected, TcpConnectInfo};
+use tonic::transport::server::Connected;
+use tributary_raft::PeerCaller;
 use tributary_raft::peer_key::{self, ClusterKey, Refused};
 
 use crate::limits::{ConnectionGate, Guarded};
@@ -69,14 +70,14 @@ impl PeerDoor {
 /// An admitted peer connection, for tonic.
 pub struct PeerConnection {
     io: Box<dyn PeerIo>,
-    info: TcpConnectInfo,
+    caller: PeerCaller,
 }
 
 impl Connected for PeerConnection {
-    type ConnectInfo = TcpConnectInfo;
+    type ConnectInfo = PeerCaller;
 
-    fn connect_info(&self) -> TcpConnectInfo {
-        self.info.clone()
+    fn connect_info(&self) -> PeerCaller {
+        self.caller.clone()
     }
 }
 
@@ -159,9 +160,9 @@ async fn accept_loop(
             },
         };
         let _ = tcp.set_nodelay(true);
-        let info = TcpConnectInfo {
-            local_addr: tcp.local_addr().ok(),
+        let mut caller = PeerCaller {
             remote_addr: Some(remote),
+            node: None,
         };
         if !door.is_protected() {
             // Nothing to check: no task per connection.
@@ -169,7 +170,7 @@ async fn accept_loop(
                 Some(place) => {
                     let connection = PeerConnection {
                         io: Box::new(tcp),
-                        info,
+                        caller,
                     };
                     let _ = accepted
                         .send(Ok(Guarded::new(connection, place, idle_timeout)))
@@ -193,9 +194,10 @@ async fn accept_loop(
         tokio::spawn(async move {
             let _permit = permit;
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, admit(tcp, &door)).await {
-                Ok(Ok(io)) => match place {
+                Ok(Ok((io, node))) => match place {
                     Some(place) => {
-                        let connection = PeerConnection { io, info };
+                        caller.node = node;
+                        let connection = PeerConnection { io, caller };
                         let guarded = Guarded::new(connection, place, idle_timeout);
                         let _ = accepted.send(Ok(guarded)).await;
                     }
@@ -212,9 +214,13 @@ async fn accept_loop(
     }
 }
 
-/// Runs the door's handshakes on one connection: the stream to serve, or why not (the
-/// `reason` label and a description).
-async fn admit(tcp: TcpStream, door: &PeerDoor) -> Result<Box<dyn PeerIo>, (&'static str, String)> {
+/// Runs the door's handshakes on one connection: the stream to serve and the node its
+/// certificate names, or why not (the `reason` label and a description).
+async fn admit(
+    tcp: TcpStream,
+    door: &PeerDoor,
+) -> Result<(Box<dyn PeerIo>, Option<u64>), (&'static str, String)> {
+    let mut node = None;
     let mut io: Box<dyn PeerIo> = match &door.tls {
         Some(config) => {
             let acceptor = tokio_rustls::TlsAcceptor::from(config.clone());
@@ -222,8 +228,18 @@ async fn admit(tcp: TcpStream, door: &PeerDoor) -> Result<Box<dyn PeerIo>, (&'st
                 .await
                 .map_err(|reason| {
                     crate::tls::count_refusal(TlsPort::Peer);
-                    ("tls", reason)
+                    if reason.contains(crate::tls::NAMES_NO_NODE) {
+                        ("no_node_id", reason)
+                    } else {
+                        ("tls", reason)
+                    }
                 })?;
+            node = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .and_then(|cert| crate::cert::certificate_node_id(cert));
             Box::new(stream)
         }
         None => Box::new(tcp),
@@ -246,7 +262,7 @@ async fn admit(tcp: TcpStream, door: &PeerDoor) -> Result<Box<dyn PeerIo>, (&'st
             Err(refusal) => return Err((refusal.reason(), refusal.to_string())),
         }
     }
-    Ok(io)
+    Ok((io, node))
 }
 
 /// Counts a refused peer connection and logs it, once per source per minute.

@@ -106,8 +106,9 @@ pub struct NodeTls {
 }
 
 impl NodeTls {
-    /// Reads every file; an unusable one is an error naming it.
-    pub fn load(settings: &TlsSettings) -> Result<NodeTls, TlsConfigError> {
+    /// Reads every file; an unusable one is an error naming it. The peer certificate must
+    /// name `node_id` (see [`crate::cert::certificate_node_id`]).
+    pub fn load(settings: &TlsSettings, node_id: u64) -> Result<NodeTls, TlsConfigError> {
         let client_port = match &settings.client {
             Some(files) => Some(Arc::new(server_config(ReloadingCert::load(files)?, None)?)),
             None => None,
@@ -115,22 +116,31 @@ impl NodeTls {
         let (peer_port, peer_connector) = match &settings.peer {
             Some(peer) => {
                 let cert = ReloadingCert::load(&peer.cert)?;
+                let named = cert
+                    .current()
+                    .end_entity_cert()
+                    .ok()
+                    .and_then(|der| crate::cert::certificate_node_id(der));
+                if named != Some(node_id) {
+                    let names = match named {
+                        Some(other) => format!("names node {other}"),
+                        None => "names no node".to_owned(),
+                    };
+                    return Err(TlsConfigError {
+                        file: peer.cert.cert.display().to_string(),
+                        reason: format!(
+                            "the peer certificate {names}, but this is node {node_id}: peers \
+                             admit only a certificate naming the node that presents it; make \
+                             one with `tributary cert node --node-id {node_id} ...`"
+                        ),
+                    });
+                }
                 let ca = ReloadingCa::load(&peer.ca)?;
                 let server = server_config(cert.clone(), Some(Arc::new(PeerClients(ca.clone()))))?;
-                let mut client = rustls::ClientConfig::builder_with_provider(crypto_provider())
-                    .with_safe_default_protocol_versions()
-                    .map_err(|e| TlsConfigError {
-                        file: peer.ca.display().to_string(),
-                        reason: e.to_string(),
-                    })?
-                    .dangerous()
-                    .with_custom_certificate_verifier(Arc::new(PeerServers(ca)))
-                    .with_client_cert_resolver(cert);
-                client.alpn_protocols = vec![ALPN_H2.to_vec()];
                 (
                     Some(Arc::new(server)),
                     PeerConnector {
-                        tls: Some(Arc::new(client)),
+                        tls: Some(PeerTlsClient { ca, cert }),
                         key: None,
                     },
                 )
@@ -275,10 +285,15 @@ impl ClientCertVerifier for PeerClients {
         intermediates: &[CertificateDer<'_>],
         now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
-        self.0
-            .current()
-            .clients
-            .verify_client_cert(end_entity, intermediates, now)
+        let verified =
+            self.0
+                .current()
+                .clients
+                .verify_client_cert(end_entity, intermediates, now)?;
+        if crate::cert::certificate_node_id(end_entity).is_none() {
+            return Err(rustls::Error::General(NAMES_NO_NODE.into()));
+        }
+        Ok(verified)
     }
 
     fn verify_tls12_signature(
@@ -310,10 +325,17 @@ impl ClientCertVerifier for PeerClients {
     }
 }
 
+/// Why a peer's certificate from the cluster CA is refused when it names no node.
+pub(crate) const NAMES_NO_NODE: &str = "the certificate names no node: peers present only node \
+    certificates (`tributary cert node --node-id N`)";
+
 /// Accepts peer ports presenting a certificate from the cluster CA as it is now, valid for
-/// the address dialed.
+/// the address dialed, naming a node: the node dialed when it is known.
 #[derive(Debug)]
-struct PeerServers(Arc<ReloadingCa>);
+struct PeerServers {
+    ca: Arc<ReloadingCa>,
+    node: Option<u64>,
+}
 
 impl ServerCertVerifier for PeerServers {
     fn verify_server_cert(
@@ -324,13 +346,20 @@ impl ServerCertVerifier for PeerServers {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        self.0.current().servers.verify_server_cert(
+        let verified = self.ca.current().servers.verify_server_cert(
             end_entity,
             intermediates,
             server_name,
             ocsp_response,
             now,
-        )
+        )?;
+        match (crate::cert::certificate_node_id(end_entity), self.node) {
+            (None, _) => Err(rustls::Error::General(NAMES_NO_NODE.into())),
+            (Some(named), Some(dialed)) if named != dialed => Err(rustls::Error::General(format!(
+                "the peer presents node {named}'s certificate, but node {dialed} was dialed"
+            ))),
+            _ => Ok(verified),
+        }
     }
 
     fn verify_tls12_signature(
@@ -339,7 +368,7 @@ impl ServerCertVerifier for PeerServers {
         cert: &CertificateDer<'_>,
         dss: &rustls::DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0
+        self.ca
             .latest()
             .servers
             .verify_tls12_signature(message, cert, dss)
@@ -351,14 +380,14 @@ impl ServerCertVerifier for PeerServers {
         cert: &CertificateDer<'_>,
         dss: &rustls::DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0
+        self.ca
             .latest()
             .servers
             .verify_tls13_signature(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.latest().servers.supported_verify_schemes()
+        self.ca.latest().servers.supported_verify_schemes()
     }
 }
 
@@ -489,8 +518,33 @@ impl rustls::client::ResolvesClientCert for ReloadingCert {
 /// cluster-key handshake when the node has a key (see [`crate::peer_port`]).
 #[derive(Clone, Default)]
 pub struct PeerConnector {
-    tls: Option<Arc<rustls::ClientConfig>>,
+    tls: Option<PeerTlsClient>,
     key: Option<tributary_raft::peer_key::ClusterKey>,
+}
+
+/// The client side of mutual TLS on peer connections: the cluster CA and this node's
+/// certificate.
+#[derive(Clone)]
+struct PeerTlsClient {
+    ca: Arc<ReloadingCa>,
+    cert: Arc<ReloadingCert>,
+}
+
+impl PeerTlsClient {
+    /// Client settings that accept only a peer naming `node` (any node when `None`).
+    fn config(&self, node: Option<u64>) -> Result<Arc<rustls::ClientConfig>, String> {
+        let mut config = rustls::ClientConfig::builder_with_provider(crypto_provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(PeerServers {
+                ca: self.ca.clone(),
+                node,
+            }))
+            .with_client_cert_resolver(self.cert.clone());
+        config.alpn_protocols = vec![ALPN_H2.to_vec()];
+        Ok(Arc::new(config))
+    }
 }
 
 impl PeerConnector {
@@ -499,21 +553,33 @@ impl PeerConnector {
         self.key = key;
         self
     }
-}
 
-impl Connector for PeerConnector {
-    fn channel(&self, addr: &str) -> Result<Channel, String> {
+    fn dial(&self, addr: &str, node: Option<u64>) -> Result<Channel, String> {
         if self.tls.is_none() && self.key.is_none() {
             return tributary_raft::TcpConnector.channel(addr);
         }
         let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let tls = match &self.tls {
+            Some(tls) => {
+                Some(TlsConnector::new(tls.config(node)?).naming_ca_setting("--peer-ca FILE"))
+            }
+            None => None,
+        };
         let dialer = crate::peer_port::PeerDialer {
-            tls: self.tls.as_ref().map(|config| {
-                TlsConnector::new(config.clone()).naming_ca_setting("--peer-ca FILE")
-            }),
+            tls,
             key: self.key.clone(),
         };
         Ok(tributary_raft::peer_endpoint(scheme, addr)?.connect_with_connector_lazy(dialer))
+    }
+}
+
+impl Connector for PeerConnector {
+    fn channel(&self, addr: &str) -> Result<Channel, String> {
+        self.dial(addr, None)
+    }
+
+    fn channel_to(&self, addr: &str, node: u64) -> Result<Channel, String> {
+        self.dial(addr, Some(node))
     }
 }
 
@@ -765,7 +831,8 @@ mod tests {
         renew_for(dir, name, Vec::new())
     }
 
-    /// Like [`renew`], valid for `dns_names` (and `name`) only.
+    /// Like [`renew`], valid for `dns_names` (and `name`) only. `node-N` names node N; other
+    /// names no node.
     fn renew_for(dir: &Path, name: &str, dns_names: Vec<String>) -> CertFiles {
         let written = make_node(
             &NodeArgs {
@@ -774,6 +841,7 @@ mod tests {
                 name: name.into(),
                 dns_names,
                 ip_addrs: Vec::new(),
+                node_id: name.strip_prefix("node-").and_then(|n| n.parse().ok()),
                 days: 30,
                 force: true,
             },
@@ -957,6 +1025,79 @@ mod tests {
             answered.is_ok_and(|n| n > 0),
             "admitted once its CA is in the file"
         );
+    }
+
+    /// Whether a TLS client with `config` is served by `addr` (mutual TLS: the server's
+    /// verdict on the client arrives after the client's handshake, so a read shows it).
+    async fn served(
+        addr: std::net::SocketAddr,
+        config: Arc<rustls::ClientConfig>,
+    ) -> io::Result<usize> {
+        use tokio::io::AsyncReadExt as _;
+        let tcp = TcpStream::connect(addr).await?;
+        let mut stream = tokio_rustls::TlsConnector::from(config)
+            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+            .await?;
+        stream
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            .await?;
+        let mut byte = [0u8; 1];
+        stream.read(&mut byte).await
+    }
+
+    #[tokio::test]
+    async fn peers_present_certificates_naming_their_node_and_only_that_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ca_path, node_1) = certificates(dir.path(), "node-1");
+        let node_2 = renew(dir.path(), "node-2");
+        let unnamed = renew(dir.path(), "client-only");
+        let ca = ReloadingCa::load(&ca_path).unwrap();
+        let clients = Arc::new(PeerClients(ca.clone()));
+        let addr =
+            serve(server_config(ReloadingCert::load(&node_1).unwrap(), Some(clients)).unwrap())
+                .await;
+        let dialer = |cert: &CertFiles| PeerTlsClient {
+            ca: ca.clone(),
+            cert: ReloadingCert::load(cert).unwrap(),
+        };
+
+        // Node 2 dialing node 1 (or a seed, node unknown) is served.
+        let answered = served(addr, dialer(&node_2).config(Some(1)).unwrap()).await;
+        assert!(answered.is_ok_and(|n| n > 0), "node 2 dialing node 1");
+        let answered = served(addr, dialer(&node_2).config(None).unwrap()).await;
+        assert!(answered.is_ok_and(|n| n > 0), "node 2 dialing a seed");
+        // Node 1's certificate answers where node 3 was dialed: the dialer hangs up.
+        let error = served(addr, dialer(&node_2).config(Some(3)).unwrap())
+            .await
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("node 1's certificate"),
+            "{error}"
+        );
+        // A certificate from the cluster CA that names no node is refused by the server.
+        let error = served(addr, dialer(&unnamed).config(Some(1)).unwrap()).await;
+        assert!(error.is_err(), "a certificate naming no node was served");
+
+        // A node refuses to start with a peer certificate that does not name it.
+        let settings = |cert: &CertFiles| TlsSettings {
+            client: None,
+            peer: Some(PeerTlsFiles {
+                ca: ca_path.clone(),
+                cert: cert.clone(),
+            }),
+        };
+        assert!(NodeTls::load(&settings(&node_2), 2).is_ok());
+        let error = NodeTls::load(&settings(&node_2), 1)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(error.contains("names node 2"), "{error}");
+        assert!(error.contains("--node-id 1"), "{error}");
+        let error = NodeTls::load(&settings(&unnamed), 1)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(error.contains("names no node"), "{error}");
     }
 
     #[tokio::test]

@@ -22,7 +22,7 @@ pub use network::{
     Connector, NetworkFactory, PEER_CONNECTION_WINDOW_BYTES, PEER_MESSAGE_BYTES_MAX,
     PEER_STREAM_WINDOW_BYTES, PeerRouter, TcpConnector, peer_endpoint,
 };
-pub use peer_service::PeerService;
+pub use peer_service::{PeerCaller, PeerService};
 pub use quiet::Hibernation;
 pub use types::{
     AppendBatch, AppendOutcome, CONTROLLER_LOG_KEEP_ENTRIES, CaptureRange, Entry, LogId,

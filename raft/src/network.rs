@@ -59,7 +59,15 @@ pub const PEER_CONNECTION_WINDOW_BYTES: u32 = 64 * 1024 * 1024;
 /// Makes the channel to a peer's address. The default dials TCP; simulations supply their
 /// own.
 pub trait Connector: Send + Sync + 'static {
+    /// A channel to the peer port at `addr`, whichever node answers there.
     fn channel(&self, addr: &str) -> Result<Channel, String>;
+
+    /// A channel to node `node`'s peer port at `addr`: a connector that can tell which node
+    /// answers (mutual TLS with node certificates) refuses any other.
+    fn channel_to(&self, addr: &str, node: u64) -> Result<Channel, String> {
+        let _ = node;
+        self.channel(addr)
+    }
 }
 
 /// Dials peers over TCP, lazily, reconnecting as needed.
@@ -165,7 +173,11 @@ impl PeerRouter {
         {
             return Ok((channel.clone(), coalescer.clone()));
         }
-        let channel = self.inner.connector.channel(&addr).map_err(unreachable)?;
+        let channel = self
+            .inner
+            .connector
+            .channel_to(&addr, target)
+            .map_err(unreachable)?;
         let coalescer = {
             let channel = channel.clone();
             Coalescer::spawn(COALESCE_WINDOW, move |messages| {

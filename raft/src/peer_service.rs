@@ -21,6 +21,38 @@ use crate::network::{PEER_MESSAGE_BYTES_MAX, SnapshotChunk};
 use crate::quiet::QuietBeat;
 use crate::types::{Raft, SnapshotData, TypeConfig};
 
+/// Who is calling over a peer connection, as the node's peer port admitted it: the connect
+/// info of every peer-port request (found in its extensions).
+#[derive(Debug, Clone, Default)]
+pub struct PeerCaller {
+    pub remote_addr: Option<std::net::SocketAddr>,
+    /// The node id the caller's certificate names (mutual TLS); `None` without
+    /// certificates.
+    pub node: Option<u64>,
+}
+
+impl PeerCaller {
+    /// Refuses a request that claims to come from node `claimed` over a connection whose
+    /// certificate names another node: a node's certificate speaks for that node only.
+    pub fn check_sender<T>(request: &Request<T>, claimed: u64) -> Result<(), Status> {
+        let Some(node) = request
+            .extensions()
+            .get::<PeerCaller>()
+            .and_then(|caller| caller.node)
+        else {
+            return Ok(());
+        };
+        if node == claimed {
+            return Ok(());
+        }
+        metrics::counter!("tributary_peer_refused_total", "reason" => "wrong_node").increment(1);
+        Err(Status::permission_denied(format!(
+            "this connection's certificate names node {node}, but the message claims to come \
+             from node {claimed}"
+        )))
+    }
+}
+
 /// Serves the peer port for the groups of one host.
 pub struct PeerService<SM>
 where
@@ -183,6 +215,7 @@ where
     SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
 {
     async fn call(&self, request: Request<GroupMessage>) -> Result<Response<GroupReply>, Status> {
+        PeerCaller::check_sender(&request, request.get_ref().from_node)?;
         Ok(Response::new(self.handle(request.into_inner()).await))
     }
 
@@ -190,6 +223,9 @@ where
         &self,
         request: Request<GroupBatch>,
     ) -> Result<Response<GroupBatchReply>, Status> {
+        for message in &request.get_ref().messages {
+            PeerCaller::check_sender(&request, message.from_node)?;
+        }
         let messages = request.into_inner().messages;
         let replies = futures::future::join_all(messages.into_iter().map(|m| self.handle(m))).await;
         Ok(Response::new(GroupBatchReply { replies }))

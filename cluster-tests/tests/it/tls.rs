@@ -16,8 +16,9 @@ use tributary_cluster_tests::{
     LocalCluster, NodeCert, NodePorts, NodeProcess, TestCa, TestDir, cli, describe_output,
     eventually, http_get,
 };
-use tributary_proto::peer::LocalStatusRequest;
 use tributary_proto::peer::node_status_client::NodeStatusClient;
+use tributary_proto::peer::raft_peer_client::RaftPeerClient;
+use tributary_proto::peer::{GroupMessage, LocalStatusRequest, MessageKind};
 
 /// How long a node that must not get into the cluster is given to try.
 const JOIN_REFUSED_WAIT: Duration = Duration::from_secs(15);
@@ -108,7 +109,7 @@ async fn the_client_port_serves_tls_and_tells_clients_that_get_it_wrong() {
     let dir = TestDir::new("the_client_port_serves_tls_and_tells_clients_that_get_it_wrong");
     let ca = TestCa::new(dir.path(), "ca-one").await;
     let other_ca = TestCa::new(dir.path(), "ca-two").await;
-    let cert = ca.node_cert("node-1").await;
+    let cert = ca.node_cert("node-1", None).await;
     let args = cert.client_port_args();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let node = NodeProcess::start_with_args(&dir.path().join("tls"), &args).await;
@@ -199,7 +200,7 @@ async fn the_client_port_serves_tls_and_tells_clients_that_get_it_wrong() {
 async fn garbage_on_the_tls_ports_leaves_the_node_serving() {
     let dir = TestDir::new("garbage_on_the_tls_ports_leaves_the_node_serving");
     let ca = TestCa::new(dir.path(), "ca").await;
-    let cert = ca.node_cert("node-1").await;
+    let cert = ca.node_cert("node-1", Some(1)).await;
     let mut args = cert.client_port_args();
     args.extend(cert.peer_port_args(&ca));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -260,13 +261,13 @@ async fn garbage_on_the_tls_ports_leaves_the_node_serving() {
 async fn renewed_certificates_are_used_without_a_restart() {
     let dir = TestDir::new("renewed_certificates_are_used_without_a_restart");
     let ca = TestCa::new(dir.path(), "ca").await;
-    let client_cert = ca.node_cert("client-port").await;
-    let peer_cert = ca.node_cert("peer-port").await;
+    let client_cert = ca.node_cert("client-port", None).await;
+    let peer_cert = ca.node_cert("peer-port", Some(1)).await;
     let mut args = client_cert.client_port_args();
     args.extend(peer_cert.peer_port_args(&ca));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut node = NodeProcess::start_with_args(&dir.path().join("node"), &args).await;
-    let member = ca.node_cert("member").await;
+    let member = ca.node_cert("member", Some(2)).await;
 
     let first_client = end_entity(&client_cert);
     let first_peer = end_entity(&peer_cert);
@@ -279,8 +280,8 @@ async fn renewed_certificates_are_used_without_a_restart() {
         first_peer
     );
 
-    ca.node_cert("client-port").await;
-    ca.node_cert("peer-port").await;
+    ca.node_cert("client-port", None).await;
+    ca.node_cert("peer-port", Some(1)).await;
     let renewed_client = end_entity(&client_cert);
     let renewed_peer = end_entity(&peer_cert);
     assert_ne!(renewed_client, first_client);
@@ -306,11 +307,24 @@ async fn nodes_without_a_certificate_from_the_cluster_ca_cannot_join() {
     let dir = TestDir::new("nodes_without_a_certificate_from_the_cluster_ca_cannot_join");
     let ca = TestCa::new(dir.path(), "cluster-ca").await;
     let other_ca = TestCa::new(dir.path(), "other-ca").await;
-    // One certificate for every node of the cluster: they all live on 127.0.0.1.
-    let cert = ca.node_cert("member").await;
-    let mut args = cert.client_port_args();
-    args.extend(cert.peer_port_args(&ca));
-    let cluster = LocalCluster::start_with_args(dir.path(), 3, &args, &[]).await;
+    // A certificate for each node, naming it (all valid for 127.0.0.1).
+    let mut certs = Vec::new();
+    for id in 1..=3 {
+        certs.push(ca.node_cert(&format!("node-{id}"), Some(id)).await);
+    }
+    let cluster = LocalCluster::start_with_node_args(
+        dir.path(),
+        3,
+        |id| {
+            let cert = &certs[id as usize - 1];
+            let mut args = cert.client_port_args();
+            args.extend(cert.peer_port_args(&ca));
+            args
+        },
+        &[],
+    )
+    .await;
+    let cert = certs[1].clone();
 
     // The cluster forms and serves over mutual TLS; sends to every partition follow
     // NOT_LEADER hints to other nodes over https://.
@@ -336,7 +350,7 @@ async fn nodes_without_a_certificate_from_the_cluster_ca_cannot_join() {
     // A node with a certificate from another CA, and one without peer TLS. Each expects
     // another node before it forms a cluster of its own (a node expecting only itself forms
     // one when its seeds do not answer), so ready would mean it joined this one.
-    let stranger_cert = other_ca.node_cert("stranger").await;
+    let stranger_cert = other_ca.node_cert("stranger", Some(4)).await;
     let seeds = cluster.seeds.clone();
     let outsider_args = |id: &str| -> Vec<String> {
         [
@@ -402,8 +416,13 @@ async fn nodes_without_a_certificate_from_the_cluster_ca_cannot_join() {
     // Calls to the peer port: without a client certificate, or with one from another CA,
     // refused (and counted); with one from the cluster CA, answered.
     let peer = cluster.nodes[0].peer_addr();
+    let unnamed = ca.node_cert("names-no-node", None).await;
     for (what, config) in [
         ("no client certificate", tls_client(&ca, None)),
+        (
+            "a certificate from the cluster CA naming no node",
+            tls_client(&ca, Some(&unnamed)),
+        ),
         (
             "a certificate from another CA",
             tls_client(&ca, Some(&stranger_cert)),
@@ -432,4 +451,21 @@ async fn nodes_without_a_certificate_from_the_cluster_ca_cannot_join() {
             .unwrap(),
         1
     );
+    // Node 2's certificate speaks for node 2 only: a Raft message claiming to come from
+    // node 3 over it is refused before it reaches any group.
+    let channel = tonic::transport::Endpoint::from_shared(format!("https://{peer}"))
+        .expect("a valid URL")
+        .connect_with_connector_lazy(TlsConnector::new(Arc::new(tls_client(&ca, Some(&cert)))));
+    let error = RaftPeerClient::new(channel)
+        .call(GroupMessage {
+            group: 0,
+            kind: MessageKind::Vote as i32,
+            payload: Vec::new().into(),
+            from_node: 3,
+            to_member: 1,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), tonic::Code::PermissionDenied, "{error:?}");
+    assert!(error.message().contains("names node 2"), "{error:?}");
 }
