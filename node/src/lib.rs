@@ -3,15 +3,13 @@
 //! its `Service`, the HTTP port (health, metrics, drain), and every background task in one
 //! `JoinSet` that one stop signal ends.
 
-pub mod cert;
 pub mod config;
 pub mod http;
 pub mod identity;
-pub mod limits;
-pub mod peer_port;
 pub mod restart_drain;
 pub mod root_connection_string;
-pub mod tls;
+
+pub use tributary_net::{cert, limits, peer_port, tls};
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 /// The library crates of the server: what runs inside `tributary serve`.
 const SERVER_CRATES: &[&str] = &[
     "tributary-node",
+    "tributary-net",
     "tributary-broker",
     "tributary-controller",
     "tributary-raft",
