@@ -120,6 +120,9 @@ pub enum Refused {
     NotKeyed { first: Vec<u8> },
     /// The dialer's proof is wrong: another key, or bytes replayed from another connection.
     WrongKey,
+    /// The dialer hung up on the server's proof: it holds another key (a dialer checks the
+    /// server's proof first and goes no further when it does not match).
+    DialerHungUp,
     /// Closed or failed mid-handshake.
     Io(std::io::Error),
 }
@@ -129,7 +132,7 @@ impl Refused {
     pub fn reason(&self) -> &'static str {
         match self {
             Refused::NotKeyed { .. } => "no_key",
-            Refused::WrongKey => "wrong_key",
+            Refused::WrongKey | Refused::DialerHungUp => "wrong_key",
             Refused::Io(_) => "handshake_failed",
         }
     }
@@ -145,6 +148,10 @@ impl std::fmt::Display for Refused {
             Refused::WrongKey => f.write_str(
                 "the dialer's proof of the cluster key is wrong (another cluster key, or a \
                  replayed connection)",
+            ),
+            Refused::DialerHungUp => f.write_str(
+                "the dialer hung up on this node's proof of the cluster key: it holds another \
+                 key (another cluster, or another --cluster-key-file)",
             ),
             Refused::Io(error) => write!(f, "the cluster-key handshake failed: {error}"),
         }
@@ -176,7 +183,13 @@ where
     io.write_all(&answer).await.map_err(Refused::Io)?;
     io.flush().await.map_err(Refused::Io)?;
     let mut proof = [0u8; PROOF_BYTES];
-    io.read_exact(&mut proof).await.map_err(Refused::Io)?;
+    io.read_exact(&mut proof).await.map_err(|error| {
+        if error.kind() == std::io::ErrorKind::UnexpectedEof {
+            Refused::DialerHungUp
+        } else {
+            Refused::Io(error)
+        }
+    })?;
     if !key.verify(DIALER_LABEL, dialer_nonce, &server_nonce, &proof) {
         let _ = io.write_all(&[REFUSED]).await;
         let _ = io.flush().await;
@@ -297,7 +310,9 @@ mod tests {
             matches!(dialed, Err(DialError::WrongServerKey)),
             "{dialed:?}"
         );
-        assert!(matches!(accepted, Err(Refused::Io(_))), "{accepted:?}");
+        let refused = accepted.unwrap_err();
+        assert!(matches!(refused, Refused::DialerHungUp), "{refused:?}");
+        assert_eq!(refused.reason(), "wrong_key");
     }
 
     #[tokio::test]

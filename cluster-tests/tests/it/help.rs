@@ -28,6 +28,8 @@ const COMMANDS: &[(&[&str], &[&str])] = &[
             "--peer-ca",
             "--peer-cert",
             "--peer-key",
+            "--cluster-key-file",
+            "--peer-insecure",
         ],
     ),
     (
@@ -94,9 +96,17 @@ const COMMANDS: &[(&[&str], &[&str])] = &[
     (
         &["cert", "node"],
         &[
-            "--ca", "--out", "--name", "--dns", "--ip", "--days", "--force",
+            "--ca",
+            "--out",
+            "--name",
+            "--dns",
+            "--ip",
+            "--node-id",
+            "--days",
+            "--force",
         ],
     ),
+    (&["cert", "cluster-key"], &["--out", "--force"]),
 ];
 
 #[tokio::test]
