@@ -21,6 +21,7 @@ mod group_show;
 mod help;
 mod idempotent;
 mod load;
+mod peer_security;
 mod placement;
 mod processor;
 mod prometheus;
