@@ -8,6 +8,10 @@
 //! size-limited tmpfs mounted on the host, which the disk nemesis fills up. Packet filters
 //! and traffic shaping are set from the host with `nsenter` into the container's network
 //! namespace (`iptables`, `tc`), so the image needs no tools of its own.
+//!
+//! The nodes bind their peer ports on the network, so they share a cluster key, as a real
+//! deployment's would: one per run, made by the image's own `tributary cert cluster-key`
+//! into the run directory and mounted read-only into every node (`--cluster-key-file`).
 
 use std::collections::BTreeSet;
 use std::io::Write as _;
@@ -43,6 +47,10 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
 pub const STORAGE_FAILED_EXIT_CODE: i64 = 74;
 /// The file the disk nemesis writes to fill a node's disk.
 const BALLAST_FILE: &str = "nemesis-ballast";
+/// The run directory's folder holding the cluster key, and where nodes see it.
+const CLUSTER_KEY_DIR: &str = "cluster-key";
+const CLUSTER_KEY_MOUNT: &str = "/etc/tributary/cluster-key";
+const CLUSTER_KEY_FILE: &str = "cluster.key";
 
 /// Whether containers can be used here, as a [`Verdict`] (see [`crate::require_tool`]): the
 /// engine answers and the host tools for faults (`nsenter`, `iptables`, `tc`) are installed.
@@ -151,6 +159,8 @@ pub struct ContainerCluster {
     /// Dropped traffic: (from node index, to node index).
     cuts: BTreeSet<(usize, usize)>,
     tmpfs_mounted: bool,
+    /// The host directory holding the cluster key, mounted read-only into every node.
+    key_dir: PathBuf,
 }
 
 impl ContainerCluster {
@@ -163,6 +173,8 @@ impl ContainerCluster {
         );
         let name = format!("trib-{:08x}", rand::random::<u32>());
         let network = format!("{name}-net");
+        let key_dir = spec.run_dir.join(CLUSTER_KEY_DIR);
+        make_cluster_key(&spec.image, &key_dir).await?;
         let subnet = create_network(&network).await?;
         let mut cluster = ContainerCluster {
             name: name.clone(),
@@ -171,6 +183,7 @@ impl ContainerCluster {
             spec,
             cuts: BTreeSet::new(),
             tmpfs_mounted: false,
+            key_dir,
         };
         for i in 0..cluster.spec.nodes {
             let data_dir = cluster.spec.run_dir.join(format!("node-{}", i + 1));
@@ -251,6 +264,8 @@ impl ContainerCluster {
     async fn create_container(&mut self, i: usize) -> anyhow::Result<()> {
         let node = &self.nodes[i];
         let volume = format!("{}:/data", node.data_dir.display());
+        let key_volume = format!("{}:{CLUSTER_KEY_MOUNT}:ro", self.key_dir.display());
+        let key_file = format!("{CLUSTER_KEY_MOUNT}/{CLUSTER_KEY_FILE}");
         let ip = node.ip.to_string();
         let mut args: Vec<String> = [
             "run",
@@ -265,6 +280,8 @@ impl ContainerCluster {
             &ip,
             "--volume",
             &volume,
+            "--volume",
+            &key_volume,
             "--stop-timeout",
             &STOP_TIMEOUT_S.to_string(),
             &self.spec.image,
@@ -285,6 +302,8 @@ impl ContainerCluster {
             &self.seeds(),
             "--bootstrap-expect",
             &self.nodes.len().to_string(),
+            "--cluster-key-file",
+            &key_file,
         ]
         .iter()
         .map(|s| (*s).to_owned())
@@ -710,7 +729,6 @@ impl Drop for ContainerCluster {
     }
 }
 
-/// Creates a bridge network on a free private /24 and returns its first three octets.
 /// Creates a bridge network with a /24 subnet of its own; returns the subnet's first three
 /// octets.
 pub async fn create_network(name: &str) -> anyhow::Result<[u8; 3]> {
@@ -728,6 +746,35 @@ pub async fn create_network(name: &str) -> anyhow::Result<[u8; 3]> {
         }
     }
     Err(last_error.expect("at least one attempt")).context("cannot create a Docker network")
+}
+
+/// Makes a cluster key in `dir` with the image's own `tributary cert cluster-key` (run as
+/// the image's user, without a network), unless `dir` holds one already: the run's nodes
+/// share it.
+async fn make_cluster_key(image: &str, dir: &Path) -> anyhow::Result<()> {
+    if dir.join(CLUSTER_KEY_FILE).exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    give_to_node_user(dir)?;
+    let volume = format!("{}:{CLUSTER_KEY_MOUNT}", dir.display());
+    let out = format!("{CLUSTER_KEY_MOUNT}/{CLUSTER_KEY_FILE}");
+    docker(&[
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--volume",
+        &volume,
+        image,
+        "cert",
+        "cluster-key",
+        "--out",
+        &out,
+    ])
+    .await
+    .context("cannot make the cluster key with the image's `tributary cert cluster-key`")
+    .map(drop)
 }
 
 /// Runs a host tool inside the network namespace of process `pid`.

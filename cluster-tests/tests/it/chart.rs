@@ -1,8 +1,8 @@
 //! The Helm chart matches the binary: the test renders the chart with its default values
-//! (TLS and authorization on), and starts its StatefulSet's three pods as containers of the
-//! project's image on a private Docker network, taking every container's command, args,
-//! environment, ports, volume mounts, probes and security settings from the rendered
-//! manifests, as a kubelet would:
+//! (TLS, the cluster key and authorization on), and starts its StatefulSet's three pods as
+//! containers of the project's image on a private Docker network, taking every container's
+//! command, args, environment, ports, volume mounts, probes and security settings from the
+//! rendered manifests, as a kubelet would:
 //!
 //! - `$(VAR)` references are expanded as Kubernetes does; downward-API values (pod name,
 //!   ordinal label, pod IP, namespace) and secret keys are substituted;
@@ -17,6 +17,9 @@
 //! TLS with the root key), and a pod's preStop hook must drain it so that it stops cleanly
 //! and undrains itself when it starts again. The drain is refused from another machine.
 //!
+//! A second run renders `ci/insecure-values.yaml` (no TLS, no authorization): the cluster
+//! key alone must then let the pods start and form a cluster on the network.
+//!
 //! Needs Docker, the `tributary:test` image (`scripts/docker-image`) and helm (installed by
 //! `scripts/helm-check`), so it runs from `scripts/chart-check`, which sets
 //! `TRIBUTARY_CHART_CHECK=1`; without that variable it says so and passes at once.
@@ -29,6 +32,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use serde_norway::Value;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tributary_cluster_tests::containers::{IMAGE_DEFAULT, create_network, docker, image_exists};
 use tributary_cluster_tests::{
     REQUIRED_VALUE, TestDir, binary_path, eventually, http_get, http_post, is_required, poll_until,
@@ -48,12 +52,15 @@ struct Rendered {
 }
 
 impl Rendered {
-    fn render(helm: &Path) -> Rendered {
+    /// Renders the chart with its default values and then the files `values` (relative to
+    /// the chart).
+    fn render(helm: &Path, values: &[&str]) -> Rendered {
         let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../helm/tributary");
         let output = std::process::Command::new(helm)
             .args(["template", RELEASE])
             .arg(&chart)
             .args(["--namespace", NAMESPACE, "--kube-version", "1.32.0"])
+            .args(values.iter().flat_map(|v| ["-f".into(), chart.join(v)]))
             .output()
             .unwrap_or_else(|e| panic!("cannot run {}: {e}", helm.display()));
         assert!(
@@ -446,8 +453,46 @@ fn kubernetes_expansion_replaces_defined_variables_only() {
     assert_eq!(expand("$(POD_NAME", &env), "$(POD_NAME");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_rendered_statefulset_forms_a_cluster_that_serves_and_answers_its_probes() {
+/// The chart's StatefulSet rendered with `values`, its pods started as containers and past
+/// their probes; `None` when the test is not opted in (see [`CHART_CHECK_ENV`]).
+struct StartedChart {
+    kubelet: Kubelet,
+    pods: Vec<Pod>,
+    /// The pods' node container, as rendered.
+    node: Value,
+    run_name: String,
+    /// The pod's termination grace period, seconds.
+    grace: u64,
+    dir: TestDir,
+}
+
+impl StartedChart {
+    fn container_name(&self, pod: &Pod, container: &str) -> String {
+        format!("{}-{}-{container}", self.run_name, pod.name)
+    }
+
+    /// A value of the node's TOML file, as rendered into the chart's ConfigMap.
+    fn config_line(&self, key: &str) -> Option<String> {
+        self.kubelet.rendered.of_kind("ConfigMap").find_map(|map| {
+            map["data"]["tributary.toml"]
+                .as_str()?
+                .lines()
+                .find(|line| line.starts_with(&format!("{key} = ")))
+                .map(str::to_owned)
+        })
+    }
+
+    /// Node `i`'s `/metrics`.
+    async fn metrics(&self, i: usize) -> String {
+        let http = port_of(&self.node, &Value::from("http"));
+        let addr = SocketAddr::from((self.pods[i].ip.unwrap(), http));
+        let response = http_get(addr, "/metrics").await.unwrap();
+        assert_eq!(response.status, 200, "{response:?}");
+        response.body
+    }
+}
+
+async fn start_chart(test: &str, values: &[&str]) -> Option<StartedChart> {
     // Only scripts/chart-check runs this test; with its variable set, whatever the test
     // needs must be there.
     let chart_check = &format!("{CHART_CHECK_ENV}={REQUIRED_VALUE}");
@@ -456,32 +501,26 @@ async fn the_rendered_statefulset_forms_a_cluster_that_serves_and_answers_its_pr
          this test with it"
     );
     let opted_in = is_required(CHART_CHECK_ENV).then_some(());
-    if require_tool(chart_check, opted_in, how_to_run, CHART_CHECK_ENV).is_none() {
-        return;
-    }
+    require_tool(chart_check, opted_in, how_to_run, CHART_CHECK_ENV)?;
     let helm = std::env::var_os("TRIBUTARY_HELM").map_or_else(
         || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/helm-tools/bin/helm"),
         PathBuf::from,
     );
-    let Some(helm) = require_tool(
+    let helm = require_tool(
         &helm.display().to_string(),
         helm.exists().then_some(helm.clone()),
         "scripts/helm-check installs it",
         CHART_CHECK_ENV,
-    ) else {
-        return;
-    };
+    )?;
     let image = std::env::var("TRIBUTARY_IMAGE").unwrap_or_else(|_| IMAGE_DEFAULT.to_owned());
-    let Some(()) = require_tool(
+    require_tool(
         &format!("the image {image}"),
         image_exists(&image).await.then_some(()),
         "build it with scripts/docker-image",
         CHART_CHECK_ENV,
-    ) else {
-        return;
-    };
-    let dir = TestDir::new("chart");
-    let rendered = Rendered::render(&helm);
+    )?;
+    let dir = TestDir::new(test);
+    let rendered = Rendered::render(&helm, values);
 
     let statefulset = rendered
         .of_kind("StatefulSet")
@@ -565,7 +604,7 @@ async fn the_rendered_statefulset_forms_a_cluster_that_serves_and_answers_its_pr
         }
     }
 
-    let run_name = format!("chart-{:06x}", rand::random::<u32>() & 0xff_ffff);
+    let run_name = format!("{test}-{:06x}", rand::random::<u32>() & 0xff_ffff);
     let network = format!("{run_name}-net");
     let subnet = create_network(&network).await.unwrap();
     let mut kubelet = Kubelet {
@@ -643,6 +682,36 @@ async fn the_rendered_statefulset_forms_a_cluster_that_serves_and_answers_its_pr
         }
         println!("{} ({}) passes its probes", pod.name, pod.ip.unwrap());
     }
+    Some(StartedChart {
+        kubelet,
+        pods,
+        node: node.clone(),
+        run_name,
+        grace,
+        dir,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rendered_statefulset_forms_a_cluster_that_serves_and_answers_its_probes() {
+    let Some(chart) = start_chart("chart", &[]).await else {
+        return;
+    };
+    let StartedChart {
+        kubelet,
+        pods,
+        node,
+        grace,
+        dir,
+        ..
+    } = &chart;
+    let network = &kubelet.network;
+    let container_name = |pod: &Pod, container: &str| chart.container_name(pod, container);
+    // The peer port faces the pods' network behind mutual TLS and the cluster key, which
+    // the node read (it would not have started otherwise).
+    assert!(chart.config_line("cluster_key_file").is_some());
+    assert!(chart.config_line("peer_ca").is_some());
+    assert!(chart.metrics(0).await.contains("tributary_peer_insecure 0"));
 
     // The chart's helm test pod: create a hub, send, read back, through the client
     // Service's name, over TLS with the root key. Its containers run in order.
@@ -667,7 +736,7 @@ async fn the_rendered_statefulset_forms_a_cluster_that_serves_and_answers_its_pr
     for step in &steps {
         let name = container_name(&tester, str_of(&step["name"]));
         let args = kubelet.run_args(test_spec, &[], step, &tester);
-        let out = kubelet.run_to_completion(&name, &network, args).await;
+        let out = kubelet.run_to_completion(&name, network, args).await;
         println!("helm test step {}: {}", str_of(&step["name"]), out.trim());
     }
 
@@ -679,7 +748,7 @@ async fn the_rendered_statefulset_forms_a_cluster_that_serves_and_answers_its_pr
         step["args"] = Value::from(vec!["cluster", "status", "--output", "json"]);
         let name = container_name(&tester, &format!("status-{:04x}", rand::random::<u16>()));
         let args = kubelet.run_args(test_spec, &[], &step, &tester);
-        let out = kubelet.run_to_completion(&name, &network, args).await;
+        let out = kubelet.run_to_completion(&name, network, args).await;
         serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
     };
     let status = cluster_status().await;
@@ -759,4 +828,43 @@ async fn the_rendered_statefulset_forms_a_cluster_that_serves_and_answers_its_pr
     })
     .await;
     println!("pod 0 drained, stopped, restarted and undrained itself");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_tls_the_cluster_key_alone_lets_the_pods_form_a_cluster() {
+    // The development values: plain text on every port, no authorization; the peer port
+    // keeps the cluster key, without which a node on the network refuses to start.
+    let Some(chart) = start_chart("chart-key", &["ci/insecure-values.yaml"]).await else {
+        return;
+    };
+    assert!(chart.config_line("cluster_key_file").is_some());
+    assert_eq!(chart.config_line("peer_ca"), None, "no mutual TLS");
+    // Every pod is ready: the cluster formed over peer connections the key admitted.
+    for i in 0..chart.pods.len() {
+        let metrics = chart.metrics(i).await;
+        assert!(metrics.contains("tributary_peer_insecure 0"), "pod {i}");
+    }
+    // A caller without the key (this host) is refused before any peer call.
+    let peer = SocketAddr::from((
+        chart.pods[0].ip.unwrap(),
+        port_of(&chart.node, &Value::from("peer")),
+    ));
+    let mut stream = tokio::net::TcpStream::connect(peer).await.unwrap();
+    let _ = stream.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(READY_TIMEOUT, stream.read_to_end(&mut answer)).await;
+    let refused = "tributary_peer_refused_total{reason=\"no_key\"}";
+    eventually(
+        READY_TIMEOUT,
+        "the keyless connection counted",
+        async || {
+            let metrics = chart.metrics(0).await;
+            match metrics.lines().find(|line| line.starts_with(refused)) {
+                Some(line) => Ok(line.to_owned()),
+                None => Err(format!("no {refused} in /metrics")),
+            }
+        },
+    )
+    .await;
+    println!("three pods without TLS formed a cluster with the cluster key");
 }

@@ -1,6 +1,8 @@
 //! `deploy/compose/docker-compose.yml`: one command brings up a working three-node cluster
 //! (all three nodes up, a hub replicated on every node, events sent and read back through
-//! node 1's published port).
+//! node 1's published port). The nodes' peer ports are on the compose network, so they
+//! start only with the cluster key the file's one-shot service makes: three nodes up means
+//! they hold it and admit each other.
 //!
 //! Needs the `tributary:test` image (`scripts/docker-image`; `TRIBUTARY_IMAGE` names
 //! another), so it runs from

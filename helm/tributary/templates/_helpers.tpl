@@ -27,6 +27,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- .Values.tls.caSecret | default (printf "%s-ca" (include "tributary.fullname" .)) -}}
 {{- end -}}
 
+{{- define "tributary.clusterKeySecret" -}}
+{{- .Values.clusterKey.existingSecret | default (printf "%s-cluster-key" (include "tributary.fullname" .)) -}}
+{{- end -}}
+
+{{/* Where the node reads the cluster key (the Secret's `cluster-key`, mounted read-only). */}}
+{{- define "tributary.clusterKeyFile" -}}
+/etc/tributary/cluster-key/cluster.key
+{{- end -}}
+
 {{- define "tributary.authSecret" -}}
 {{- .Values.auth.existingSecret | default (printf "%s-auth" (include "tributary.fullname" .)) -}}
 {{- end -}}
@@ -53,6 +62,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{/* The node's TOML file: settings every node shares (per-node ones come from env). */}}
 {{- define "tributary.config" -}}
+{{- if not (or .Values.tls.enabled .Values.clusterKey.enabled (index .Values.config "peer_insecure")) }}
+{{- fail "the peer port needs tls.enabled or clusterKey.enabled: a node refuses to start with its peer port open to the network and nothing authenticating the nodes that connect (config.peer_insecure: true accepts that, on an isolated network only)" }}
+{{- end -}}
 # Rendered by the Tributary chart; per-node settings (node id, advertised addresses) come from the
 # environment. Keys as in `tributary serve --help`, with '_' for '-'.
 data_dir = "/data"
@@ -67,6 +79,9 @@ auth = {{ .Values.auth.mode | quote }}
 log_json = {{ .Values.logJson }}
 {{- if .Values.tls.enabled }}
 peer_ca = "/etc/tributary/ca/ca.pem"
+{{- end }}
+{{- if .Values.clusterKey.enabled }}
+cluster_key_file = "{{ include "tributary.clusterKeyFile" . }}"
 {{- end }}
 {{- range $key, $value := .Values.config }}
 {{ $key }} = {{ if kindIs "string" $value }}{{ $value | quote }}{{ else }}{{ toJson $value }}{{ end }}
