@@ -30,7 +30,7 @@ pub use cluster::LocalCluster;
 pub use eventually::{Deadline, POLL_INTERVAL, TimedOut, eventually, poll_until};
 pub use http::{HttpResponse, http_get, http_post};
 pub use node_process::{AUTH_ENV, NodePorts, NodeProcess, PEER_ADDR_ENV, READY_TIMEOUT, free_port};
-pub use raw::{RawCodec, root_connection_string};
+pub use raw::{RawCodec, put_varint, root_connection_string};
 pub use require::{REQUIRED_VALUE, Verdict, is_required, require_tool, verdict};
 pub use seed::test_seed;
 pub use test_dir::TestDir;

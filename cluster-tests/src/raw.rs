@@ -71,3 +71,17 @@ pub async fn root_connection_string(data_dir: &Path) -> String {
     );
     text.trim().to_owned()
 }
+
+/// Appends `value` as a LEB128 varint, the integer encoding of protobuf and postcard: for
+/// tests that write messages byte by byte.
+pub fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    loop {
+        let byte = (value & 0x7f) as u8;
+        value >>= 7;
+        if value == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}

@@ -247,19 +247,18 @@ async fn admit(
     if let Some(key) = &door.key {
         match peer_key::accept(&mut io, key).await {
             Ok(()) => {}
-            Err(Refused::NotKeyed { first }) => {
-                let reason = Refused::NotKeyed {
-                    first: first.clone(),
-                };
+            Err(refusal) => {
+                let refused = (refusal.reason(), refusal.to_string());
                 // The HTTP/2 connection preface starts "PRI * HT": a gRPC client, told why
                 // in its own protocol.
-                if first.starts_with(b"PRI") {
+                if let Refused::NotKeyed { first } = refusal
+                    && first.starts_with(b"PRI")
+                {
                     let status = tonic::Status::unauthenticated(NO_KEY_ANSWER);
                     crate::limits::refuse(Prefixed::new(first, io), status).await;
                 }
-                return Err((reason.reason(), reason.to_string()));
+                return Err(refused);
             }
-            Err(refusal) => return Err((refusal.reason(), refusal.to_string())),
         }
     }
     Ok((io, node))

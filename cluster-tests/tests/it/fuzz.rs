@@ -30,7 +30,7 @@ use tributary_client::{
     Client, ConnectOptions, ConnectionString, EventData, EventPosition, SendTarget,
 };
 use tributary_cluster_tests::{
-    NodeProcess, RawCodec, TestDir, http_get, root_connection_string, test_seed,
+    NodeProcess, RawCodec, TestDir, http_get, put_varint, root_connection_string, test_seed,
 };
 
 /// One gRPC method: its path and whether the server streams replies.
@@ -99,18 +99,6 @@ fn random_string(rng: &mut StdRng) -> Vec<u8> {
 fn random_bytes(rng: &mut StdRng, max: usize) -> Vec<u8> {
     let len = rng.random_range(0..=max);
     (0..len).map(|_| rng.random()).collect()
-}
-
-fn put_varint(out: &mut Vec<u8>, mut value: u64) {
-    loop {
-        let byte = (value & 0x7f) as u8;
-        value >>= 7;
-        if value == 0 {
-            out.push(byte);
-            return;
-        }
-        out.push(byte | 0x80);
-    }
 }
 
 /// Numbers at the edges: zero, small, negative (as protobuf writes them), the largest.

@@ -27,7 +27,8 @@ use tributary_client::{Client, ConnectOptions, EventData, EventPosition, Rights,
 use tributary_client::{ClientError, SendTarget};
 use tributary_cluster_tests::{
     CLI_TIMEOUT, LocalCluster, NodePorts, NodeProcess, RawCodec, TestDir, describe_output,
-    eventually, free_port, http_get, output_within, root_connection_string, tributary_command,
+    eventually, free_port, http_get, output_within, put_varint, root_connection_string,
+    tributary_command,
 };
 use tributary_proto::peer::cluster_client::ClusterClient;
 use tributary_proto::peer::node_status_client::NodeStatusClient;
@@ -619,18 +620,6 @@ fn create_hub_command(name: &str) -> Bytes {
     put_varint(&mut out, 0); // settings.retention_bytes_max
     out.push(0); // settings.capture: None
     Bytes::from(out)
-}
-
-fn put_varint(out: &mut Vec<u8>, mut value: u64) {
-    loop {
-        let byte = (value & 0x7f) as u8;
-        value >>= 7;
-        if value == 0 {
-            out.push(byte);
-            return;
-        }
-        out.push(byte | 0x80);
-    }
 }
 
 /// Panics unless a proposal's reply says the command ran: an encoded `Ok` (a postcard
