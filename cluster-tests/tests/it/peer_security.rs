@@ -27,9 +27,10 @@ use tributary_client::{Client, ConnectOptions, EventData, EventPosition, Rights,
 use tributary_client::{ClientError, SendTarget};
 use tributary_cluster_tests::{
     CLI_TIMEOUT, LocalCluster, NodePorts, NodeProcess, RawCodec, TestDir, describe_output,
-    eventually, free_port, http_get, output_within, put_varint, root_connection_string,
-    tributary_command,
+    eventually, free_port, http_get, output_within, root_connection_string, tributary_command,
 };
+use tributary_controller::state::{Command, HubSettings, NewHub};
+use tributary_controller::state_machine::encode_command;
 use tributary_proto::peer::cluster_client::ClusterClient;
 use tributary_proto::peer::node_status_client::NodeStatusClient;
 use tributary_proto::peer::propose_reply::Result as ProposeResult;
@@ -588,14 +589,8 @@ fn outsider_calls(
 }
 
 /// The controller command creating hub `name` (one partition, an hour's retention, default
-/// settings), as a node encodes `Command::CreateHub` (postcard, field by field, in the order
-/// of controller/src/state.rs). Written out here because this crate depends on no server
-/// crate; `a_recorded_peer_connection_replayed_later_is_refused` shows a node runs it.
+/// settings), encoded as a node proposes it.
 fn create_hub_command(name: &str) -> Bytes {
-    const CREATE_HUB: u64 = 2;
-    const RETENTION_MS: u64 = 3_600_000;
-    const PARTITIONS_MAX: u64 = 1024;
-    const TOMBSTONE_RETENTION_MS: u64 = 24 * 3_600_000;
     let now_ms = i64::try_from(
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -603,23 +598,17 @@ fn create_hub_command(name: &str) -> Bytes {
             .as_millis(),
     )
     .unwrap();
-    let mut out = Vec::new();
-    put_varint(&mut out, CREATE_HUB);
-    put_varint(&mut out, name.len() as u64);
-    out.extend_from_slice(name.as_bytes());
-    put_varint(&mut out, 1); // partition_count
-    put_varint(&mut out, RETENTION_MS);
-    out.push(0); // replication_factor: None, the default
-    put_varint(&mut out, PARTITIONS_MAX);
-    put_varint(&mut out, ((now_ms << 1) ^ (now_ms >> 63)) as u64); // now_ms, zigzag
-    put_varint(&mut out, 0); // down_nodes: none
-    put_varint(&mut out, 0); // throughput_units: unthrottled
-    put_varint(&mut out, 0); // settings.cleanup_policy: Delete
-    put_varint(&mut out, TOMBSTONE_RETENTION_MS);
-    put_varint(&mut out, 0); // settings.compaction_lag_ms
-    put_varint(&mut out, 0); // settings.retention_bytes_max
-    out.push(0); // settings.capture: None
-    Bytes::from(out)
+    encode_command(&Command::CreateHub(NewHub {
+        name: name.to_owned(),
+        partition_count: 1,
+        retention_ms: 3_600_000,
+        replication_factor: None,
+        partitions_max: 1024,
+        now_ms,
+        down_nodes: Vec::new(),
+        throughput_units: 0,
+        settings: HubSettings::default(),
+    }))
 }
 
 /// Panics unless a proposal's reply says the command ran: an encoded `Ok` (a postcard
