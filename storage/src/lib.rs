@@ -16,4 +16,4 @@ mod wal;
 
 pub use error::StorageError;
 pub use mutation::{Durability, IndexRow, MetaKey, Mutation};
-pub use shard::{Shard, ShardConfig, ShardStats};
+pub use shard::{LogPiece, Shard, ShardConfig, ShardStats, is_staging, staging_group};

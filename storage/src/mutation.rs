@@ -85,6 +85,15 @@ pub enum Mutation {
     DeleteGroup {
         group: GroupId,
     },
+    /// Installs the snapshot staged under the group's staging key (see
+    /// [`crate::staging_group`]): the group's log entries up to `through` and all its index
+    /// rows are replaced by the staged ones, which move under the group's key (their bytes
+    /// stay where they lie). One transaction: a crash leaves the replica as it was before
+    /// or as the snapshot made it, never a mix.
+    InstallStaged {
+        group: GroupId,
+        through: u64,
+    },
     PutCatalog {
         key: String,
         value: Bytes,

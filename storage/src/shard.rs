@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 use redb::{Database, ReadableDatabase, ReadableTable, WriteTransaction};
 use tokio::sync::{mpsc, oneshot, watch};
-use tributary_types::GroupId;
+use tributary_types::{GroupId, HubId};
 
 use crate::error::StorageError;
 use crate::mutation::{Durability, IndexRow, MetaKey, Mutation};
@@ -58,6 +58,41 @@ pub struct ShardStats {
     pub commits: u64,
     pub fsyncs: u64,
     pub writes: u64,
+}
+
+/// Hub ids with this bit set name staging areas, never hubs (the controller numbers hubs
+/// from 1 up): a snapshot being received is written under its group's staging key, with
+/// the ordinary writes, until [`Mutation::InstallStaged`] moves it under the group's own.
+const STAGING_HUB_BIT: u32 = 1 << 31;
+
+/// The key a snapshot of `group` is staged under while it is received.
+pub fn staging_group(group: GroupId) -> GroupId {
+    GroupId::new(
+        HubId(group.hub.0 | STAGING_HUB_BIT),
+        group.partition,
+        group.incarnation,
+    )
+}
+
+/// Whether `group` is a staging key (see [`staging_group`]).
+pub fn is_staging(group: GroupId) -> bool {
+    group.hub.0 & STAGING_HUB_BIT != 0
+}
+
+/// Consecutive log entries of a group and the index rows of those among them that hold
+/// events, read in one transaction (so retention cannot have removed one but not the
+/// other): a piece of a snapshot being sent.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LogPiece {
+    pub entries: Vec<(u64, Bytes)>,
+    pub index: Vec<IndexRow>,
+}
+
+impl LogPiece {
+    /// Stored bytes of the piece's entries.
+    pub fn entry_bytes(&self) -> usize {
+        self.entries.iter().map(|(_, bytes)| bytes.len()).sum()
+    }
 }
 
 type Completion = Box<dyn FnOnce(Result<(), StorageError>) + Send + 'static>;
@@ -181,7 +216,7 @@ impl Shard {
             .name("storage-writer".to_string())
             .spawn(move || writer_loop(writer_db, wal, rx, config, writer_counters, writer_failure))
             .map_err(StorageError::io)?;
-        Ok(Shard {
+        let shard = Shard {
             db,
             segments,
             tx,
@@ -189,7 +224,36 @@ impl Shard {
             failure,
             path: Arc::new(path.to_path_buf()),
             writer: Arc::new(std::sync::Mutex::new(Some(writer))),
-        })
+        };
+        shard.discard_staged()?;
+        Ok(shard)
+    }
+
+    /// Deletes what snapshots left staged when the node stopped while receiving them (a
+    /// staged snapshot is only ever installed by the transfer that wrote it; the leader
+    /// sends the replica a new one).
+    fn discard_staged(&self) -> Result<(), StorageError> {
+        let staged = self.staged_groups()?;
+        if staged.is_empty() {
+            return Ok(());
+        }
+        tracing::info!(
+            shard = %self.path.display(),
+            snapshots = staged.len(),
+            "discarding snapshots left partly received"
+        );
+        let write = Write {
+            mutations: staged
+                .into_iter()
+                .map(|group| Mutation::DeleteGroup { group })
+                .collect(),
+            durability: Durability::Lazy,
+            done: Box::new(|_| {}),
+        };
+        // The queue is empty: nothing else has been written yet.
+        self.tx
+            .try_send(write)
+            .map_err(|_| StorageError::Io("the storage writer did not start".into()))
     }
 
     /// Resolves with the first failed commit's error once the shard has failed (see
@@ -290,12 +354,27 @@ impl Shard {
         end: u64,
         bytes_max: usize,
     ) -> Result<Vec<(u64, Bytes)>, StorageError> {
-        let g = group.to_u64();
+        if start >= end {
+            return Ok(Vec::new());
+        }
+        let txn = self.db.begin_read().map_err(StorageError::io)?;
+        self.read_entries(&txn, group.to_u64(), start, end, bytes_max)
+    }
+
+    /// Entries `start..end` of group `g` as `txn` sees them (see
+    /// [`Shard::log_entries_limited`]).
+    fn read_entries(
+        &self,
+        txn: &redb::ReadTransaction,
+        g: u64,
+        start: u64,
+        end: u64,
+        bytes_max: usize,
+    ) -> Result<Vec<(u64, Bytes)>, StorageError> {
         let mut out = Vec::new();
         if start >= end {
             return Ok(out);
         }
-        let txn = self.db.begin_read().map_err(StorageError::io)?;
         // Entries held whole (no log on disk, or written by an earlier version) and entries
         // in the log, merged by index: an entry held whole that was later rewritten (by
         // compaction) lies in the log among entries still held whole. Where both hold an
@@ -416,6 +495,87 @@ impl Shard {
         }
     }
 
+    /// Entries `start..end` of `group` (stopping after the one that brings their size to
+    /// `bytes_max`, as [`Shard::log_entries_limited`]) and the index rows of those entries,
+    /// from the row with first sequence `from_sequence` on.
+    pub fn log_piece(
+        &self,
+        group: GroupId,
+        start: u64,
+        end: u64,
+        from_sequence: i64,
+        bytes_max: usize,
+    ) -> Result<LogPiece, StorageError> {
+        let g = group.to_u64();
+        let txn = self.db.begin_read().map_err(StorageError::io)?;
+        let entries = self.read_entries(&txn, g, start, end, bytes_max)?;
+        let mut index = Vec::new();
+        if let (Some((first, _)), Some((last, _))) = (entries.first(), entries.last()) {
+            let table = txn.open_table(SEQ_INDEX).map_err(StorageError::io)?;
+            for row in table
+                .range((g, from_sequence)..=(g, i64::MAX))
+                .map_err(StorageError::io)?
+            {
+                let (k, v) = row.map_err(StorageError::io)?;
+                let row = index_row(k.value().1, v.value());
+                if row.log_index > *last {
+                    break;
+                }
+                if row.log_index >= *first {
+                    index.push(row);
+                }
+            }
+        }
+        Ok(LogPiece { entries, index })
+    }
+
+    /// The staging keys (see [`staging_group`]) that hold anything.
+    pub fn staged_groups(&self) -> Result<Vec<GroupId>, StorageError> {
+        let txn = self.db.begin_read().map_err(StorageError::io)?;
+        let first_staged = u64::from(STAGING_HUB_BIT) << 32;
+        let mut found = std::collections::BTreeSet::new();
+        // One probe per staged group and table, not a walk over its rows.
+        let mut probe = |next: &mut dyn FnMut(u64) -> Result<Option<u64>, StorageError>| {
+            let mut from = first_staged;
+            while let Some(g) = next(from)? {
+                found.insert(g);
+                match g.checked_add(1) {
+                    Some(after) => from = after,
+                    None => break,
+                }
+            }
+            Ok::<_, StorageError>(())
+        };
+        let log = txn.open_table(RAFT_LOG).map_err(StorageError::io)?;
+        probe(&mut |from| {
+            let mut rows = log.range((from, 0)..).map_err(StorageError::io)?;
+            Ok(rows
+                .next()
+                .transpose()
+                .map_err(StorageError::io)?
+                .map(|(k, _)| k.value().0))
+        })?;
+        let located = txn.open_table(LOG_LOCATION).map_err(StorageError::io)?;
+        probe(&mut |from| {
+            let mut rows = located.range((from, 0)..).map_err(StorageError::io)?;
+            Ok(rows
+                .next()
+                .transpose()
+                .map_err(StorageError::io)?
+                .map(|(k, _)| k.value().0))
+        })?;
+        let seq = txn.open_table(SEQ_INDEX).map_err(StorageError::io)?;
+        probe(&mut |from| {
+            let mut rows = seq.range((from, i64::MIN)..).map_err(StorageError::io)?;
+            Ok(rows
+                .next()
+                .transpose()
+                .map_err(StorageError::io)?
+                .map(|(k, _)| k.value().0))
+        })?;
+        Ok(found.into_iter().map(GroupId::from_u64).collect())
+    }
+
     /// Every group with state in this shard (Raft metadata), in id order.
     pub fn groups(&self) -> Result<Vec<GroupId>, StorageError> {
         let txn = self.db.begin_read().map_err(StorageError::io)?;
@@ -424,7 +584,7 @@ impl Shard {
         for row in table.range::<(u64, u8)>(..).map_err(StorageError::io)? {
             let (key, _) = row.map_err(StorageError::io)?;
             let group = GroupId::from_u64(key.value().0);
-            if groups.last() != Some(&group) {
+            if !is_staging(group) && groups.last() != Some(&group) {
                 groups.push(group);
             }
         }
@@ -1071,29 +1231,7 @@ fn apply_mutation(
             t.insert((group.to_u64(), *key as u8), value.as_ref())
                 .map_err(StorageError::io)?;
         }
-        Mutation::PutIndex { group, row } => {
-            let g = group.to_u64();
-            tables
-                .seq()?
-                .insert(
-                    (g, row.first_sequence),
-                    (
-                        row.log_index,
-                        row.first_offset,
-                        row.enqueued_time_ms,
-                        row.event_count,
-                    ),
-                )
-                .map_err(StorageError::io)?;
-            tables
-                .offset()?
-                .insert((g, row.first_offset), row.first_sequence)
-                .map_err(StorageError::io)?;
-            tables
-                .time()?
-                .insert((g, row.enqueued_time_ms, row.first_sequence), ())
-                .map_err(StorageError::io)?;
-        }
+        Mutation::PutIndex { group, row } => put_index(tables, group.to_u64(), row)?,
         Mutation::TruncateIndexFrom { group, .. } | Mutation::TruncateIndexBefore { group, .. } => {
             let g = group.to_u64();
             let range = match mutation {
@@ -1140,20 +1278,62 @@ fn apply_mutation(
                 .meta()?
                 .retain_in((g, 0)..=(g, u8::MAX), |_, _| false)
                 .map_err(StorageError::io)?;
+            clear_index(tables, g)?;
+        }
+        Mutation::InstallStaged { group, through } => {
+            let (g, staged) = (group.to_u64(), staging_group(*group).to_u64());
+            // The replica's own entries the snapshot covers, and all its index rows, go...
             tables
-                .seq()?
-                .retain_in((g, i64::MIN)..=(g, i64::MAX), |_, _| false)
+                .log()?
+                .retain_in((g, 0)..=(g, *through), |_, _| false)
                 .map_err(StorageError::io)?;
-            tables
-                .offset()?
-                .retain_in((g, i64::MIN)..=(g, i64::MAX), |_, _| false)
-                .map_err(StorageError::io)?;
-            tables
-                .time()?
-                .retain_in((g, i64::MIN, i64::MIN)..=(g, i64::MAX, i64::MAX), |_, _| {
-                    false
+            tables.remove_located(g, 0..=*through, placed)?;
+            clear_index(tables, g)?;
+            // ...and the staged ones take their place. Their bytes stay where they lie, so
+            // no segment gains or loses a row.
+            let moved: Vec<(u64, Vec<u8>)> = tables
+                .log()?
+                .extract_from_if((staged, 0)..=(staged, u64::MAX), |_, _| true)
+                .map_err(StorageError::io)?
+                .map(|row| {
+                    let (k, v) = row.map_err(StorageError::io)?;
+                    Ok((k.value().1, v.value().to_vec()))
                 })
-                .map_err(StorageError::io)?;
+                .collect::<Result<_, StorageError>>()?;
+            for (index, entry) in moved {
+                tables
+                    .log()?
+                    .insert((g, index), entry.as_slice())
+                    .map_err(StorageError::io)?;
+            }
+            let moved: Vec<(u64, LocationValue)> = tables
+                .log_location()?
+                .extract_from_if((staged, 0)..=(staged, u64::MAX), |_, _| true)
+                .map_err(StorageError::io)?
+                .map(|row| {
+                    let (k, v) = row.map_err(StorageError::io)?;
+                    Ok((k.value().1, v.value()))
+                })
+                .collect::<Result<_, StorageError>>()?;
+            for (index, at) in moved {
+                tables
+                    .log_location()?
+                    .insert((g, index), at)
+                    .map_err(StorageError::io)?;
+            }
+            let moved: Vec<(i64, SeqValue)> = tables
+                .seq()?
+                .extract_from_if((staged, i64::MIN)..=(staged, i64::MAX), |_, _| true)
+                .map_err(StorageError::io)?
+                .map(|row| {
+                    let (k, v) = row.map_err(StorageError::io)?;
+                    Ok((k.value().1, v.value()))
+                })
+                .collect::<Result<_, StorageError>>()?;
+            clear_index(tables, staged)?;
+            for (first_sequence, v) in moved {
+                put_index(tables, g, &index_row(first_sequence, v))?;
+            }
         }
         Mutation::PutCatalog { key, value } => {
             tables
@@ -1168,6 +1348,48 @@ fn apply_mutation(
                 .map_err(StorageError::io)?;
         }
     }
+    Ok(())
+}
+
+/// Writes one index row of group `g` (all three index tables).
+fn put_index(tables: &mut Tables<'_>, g: u64, row: &IndexRow) -> Result<(), StorageError> {
+    tables
+        .seq()?
+        .insert(
+            (g, row.first_sequence),
+            (
+                row.log_index,
+                row.first_offset,
+                row.enqueued_time_ms,
+                row.event_count,
+            ),
+        )
+        .map_err(StorageError::io)?;
+    tables
+        .offset()?
+        .insert((g, row.first_offset), row.first_sequence)
+        .map_err(StorageError::io)?;
+    tables
+        .time()?
+        .insert((g, row.enqueued_time_ms, row.first_sequence), ())
+        .map_err(StorageError::io)?;
+    Ok(())
+}
+
+/// Removes every index row of group `g`.
+fn clear_index(tables: &mut Tables<'_>, g: u64) -> Result<(), StorageError> {
+    tables
+        .seq()?
+        .retain_in((g, i64::MIN)..=(g, i64::MAX), |_, _| false)
+        .map_err(StorageError::io)?;
+    tables
+        .offset()?
+        .retain_in((g, i64::MIN)..=(g, i64::MAX), |_, _| false)
+        .map_err(StorageError::io)?;
+    tables
+        .time()?
+        .retain_in((g, i64::MIN, i64::MIN)..=(g, i64::MAX, i64::MAX), |_, _| false)
+        .map_err(StorageError::io)?;
     Ok(())
 }
 
@@ -1366,6 +1588,195 @@ mod tests {
             matches!(err, StorageError::Corrupt(ref m) if m.contains("is missing")),
             "{err}"
         );
+    }
+
+    fn staged_put(p: u16, index: u64) -> Mutation {
+        Mutation::PutLog {
+            group: staging_group(group(p)),
+            index,
+            entry: Bytes::from(format!("entry {p}/{index}")),
+        }
+    }
+
+    fn row(first_sequence: i64, log_index: u64) -> IndexRow {
+        IndexRow {
+            first_sequence,
+            log_index,
+            first_offset: first_sequence * 10,
+            enqueued_time_ms: 1000 + first_sequence,
+            event_count: 1,
+        }
+    }
+
+    fn sequences(shard: &Shard, p: u16) -> Vec<(i64, u64)> {
+        shard
+            .index_rows(group(p), u64::MAX)
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.first_sequence, r.log_index))
+            .collect()
+    }
+
+    /// A staged snapshot replaces the replica's entries through its point and all its index
+    /// rows in one step, keeps the replica's later entries, frees the segments of what it
+    /// replaced, and is invisible (to reads and to `groups`) until installed.
+    #[tokio::test]
+    async fn a_staged_snapshot_replaces_the_replica_only_when_installed() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = ShardConfig {
+            checkpoint_bytes: 1,
+            segment_bytes_max: 256,
+            ..ShardConfig::default()
+        };
+        let shard = Shard::open(&dir.path().join("s.redb"), config).unwrap();
+        // The replica: entries 1..=10 with index rows, entry 30 past the snapshot point.
+        let mut own: Vec<Mutation> = (1..=10).map(|i| put(0, i)).collect();
+        own.extend((1..=10).map(|i| Mutation::PutIndex {
+            group: group(0),
+            row: row(i as i64, i),
+        }));
+        own.push(Mutation::PutMeta {
+            group: group(0),
+            key: MetaKey::Vote,
+            value: Bytes::from_static(b"vote"),
+        });
+        shard.write(own, Durability::Immediate).await.unwrap();
+        let segments_before = segment_files(&dir);
+        shard
+            .write(vec![put(0, 30)], Durability::Immediate)
+            .await
+            .unwrap();
+
+        // The snapshot through 25: entries 20..=25 (sequences 100..), staged in two pieces.
+        for piece in [20..=22u64, 23..=25] {
+            let mut writes: Vec<Mutation> = piece.clone().map(|i| staged_put(0, i)).collect();
+            writes.extend(piece.map(|i| Mutation::PutIndex {
+                group: staging_group(group(0)),
+                row: row(80 + i as i64, i),
+            }));
+            shard.write(writes, Durability::Lazy).await.unwrap();
+        }
+        assert_eq!(indexes(&shard, 0), [(1..=10).collect::<Vec<_>>(), vec![30]].concat());
+        assert_eq!(shard.groups().unwrap(), vec![group(0)]);
+        assert_eq!(shard.staged_groups().unwrap(), vec![staging_group(group(0))]);
+
+        shard
+            .write(
+                vec![Mutation::InstallStaged {
+                    group: group(0),
+                    through: 25,
+                }],
+                Durability::Immediate,
+            )
+            .await
+            .unwrap();
+        assert_eq!(indexes(&shard, 0), vec![20, 21, 22, 23, 24, 25, 30]);
+        assert_eq!(
+            sequences(&shard, 0),
+            (20..=25).map(|i| (80 + i as i64, i)).collect::<Vec<_>>()
+        );
+        assert_eq!(shard.sequence_for_offset(group(0), 1030).unwrap(), Some(103));
+        assert_eq!(shard.meta(group(0), MetaKey::Vote).unwrap().unwrap(), "vote");
+        assert!(shard.staged_groups().unwrap().is_empty());
+        // The replaced entries' segments are freed at the next checkpoint; the moved ones
+        // are still counted where they lie: deleting the group frees every segment.
+        shard.write(Vec::new(), Durability::Immediate).await.unwrap();
+        let after_install = segment_files(&dir);
+        assert!(
+            segments_before.iter().any(|s| !after_install.contains(s)),
+            "no segment of the replaced entries was freed: {segments_before:?}"
+        );
+        shard
+            .write(vec![Mutation::DeleteGroup { group: group(0) }], Durability::Immediate)
+            .await
+            .unwrap();
+        shard.write(Vec::new(), Durability::Immediate).await.unwrap();
+        assert!(segment_files(&dir).len() <= 1, "{:?}", segment_files(&dir));
+    }
+
+    /// A node that stops while receiving a snapshot finds its replica as it was: what was
+    /// staged is discarded when the shard opens again (after a crash too).
+    #[tokio::test]
+    async fn a_partly_received_snapshot_is_discarded_on_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = Shard::open(&dir.path().join("s.redb"), never_checkpointing()).unwrap();
+        shard
+            .write(vec![put(0, 1), put(0, 2)], Durability::Immediate)
+            .await
+            .unwrap();
+        shard
+            .write(
+                vec![
+                    staged_put(0, 40),
+                    staged_put(1, 7),
+                    Mutation::PutIndex {
+                        group: staging_group(group(0)),
+                        row: row(5, 40),
+                    },
+                ],
+                Durability::Immediate,
+            )
+            .await
+            .unwrap();
+        let crashed = crash_copy(&dir);
+        let recovered = open(&crashed);
+        // The discarding write is queued at open; the next write follows it.
+        recovered.write(Vec::new(), Durability::Immediate).await.unwrap();
+        assert!(recovered.staged_groups().unwrap().is_empty());
+        assert_eq!(indexes(&recovered, 0), vec![1, 2]);
+        assert!(indexes(&recovered, 1).is_empty());
+        assert!(sequences(&recovered, 0).is_empty());
+    }
+
+    /// The install is one write: replayed from the log after a crash, it lands whole.
+    #[tokio::test]
+    async fn an_install_replayed_after_a_crash_lands_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = Shard::open(&dir.path().join("s.redb"), never_checkpointing()).unwrap();
+        shard
+            .write(vec![put(0, 1), staged_put(0, 5), staged_put(0, 6)], Durability::Lazy)
+            .await
+            .unwrap();
+        shard
+            .write(
+                vec![Mutation::InstallStaged {
+                    group: group(0),
+                    through: 6,
+                }],
+                Durability::Immediate,
+            )
+            .await
+            .unwrap();
+        assert_eq!(indexes(&shard, 0), vec![5, 6]);
+        let crashed = crash_copy(&dir);
+        let recovered = open(&crashed);
+        recovered.write(Vec::new(), Durability::Immediate).await.unwrap();
+        assert_eq!(indexes(&recovered, 0), vec![5, 6]);
+        assert!(recovered.staged_groups().unwrap().is_empty());
+    }
+
+    /// A piece of a snapshot: consecutive entries and exactly their index rows.
+    #[tokio::test]
+    async fn a_log_piece_holds_its_entries_index_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = open(&dir);
+        let mut writes: Vec<Mutation> = (1..=6).map(|i| put(0, i)).collect();
+        // Entry 3 holds no events (a membership entry, say).
+        writes.extend([1u64, 2, 4, 5, 6].map(|i| Mutation::PutIndex {
+            group: group(0),
+            row: row(i as i64 * 2, i),
+        }));
+        shard.write(writes, Durability::Immediate).await.unwrap();
+        let one = "entry 0/1".len();
+        let piece = shard.log_piece(group(0), 2, 7, i64::MIN, 2 * one).unwrap();
+        assert_eq!(
+            piece.entries.iter().map(|e| e.0).collect::<Vec<_>>(),
+            vec![2, 3]
+        );
+        assert_eq!(piece.index, vec![row(4, 2)]);
+        let piece = shard.log_piece(group(0), 4, 7, 5, usize::MAX).unwrap();
+        assert_eq!(piece.index, vec![row(8, 4), row(10, 5), row(12, 6)]);
+        assert_eq!(piece.entry_bytes(), 3 * one);
     }
 
     /// Group `p`'s log entry `index` as compaction rewrites it.

@@ -524,6 +524,11 @@ fn encode(mutation: &Mutation, out: &mut Vec<u8>) -> Option<(u64, u32)> {
             out.put_u8(7);
             out.put_u64_le(group.to_u64());
         }
+        Mutation::InstallStaged { group, through } => {
+            out.put_u8(11);
+            out.put_u64_le(group.to_u64());
+            out.put_u64_le(*through);
+        }
         Mutation::PutCatalog { key, value } => {
             out.put_u8(8);
             put_bytes(out, key.as_bytes());
@@ -639,6 +644,10 @@ fn decode_batch(payload: &[u8]) -> Option<Decoded> {
                 from_sequence: r.i64()?,
             },
             7 => Mutation::DeleteGroup { group: r.group()? },
+            11 => Mutation::InstallStaged {
+                group: r.group()?,
+                through: r.u64()?,
+            },
             10 => Mutation::TruncateIndexBefore {
                 group: r.group()?,
                 before_sequence: r.i64()?,
@@ -725,7 +734,9 @@ pub(crate) mod tests {
                     before_sequence,
                 }
             }),
-            group.prop_map(|group| Mutation::DeleteGroup { group }),
+            group.clone().prop_map(|group| Mutation::DeleteGroup { group }),
+            (group, any::<u64>())
+                .prop_map(|(group, through)| Mutation::InstallStaged { group, through }),
             ("[a-z/]{0,12}", bytes).prop_map(|(key, value)| Mutation::PutCatalog { key, value }),
             "[a-z/]{0,12}".prop_map(|key| Mutation::DeleteCatalog { key }),
         ]
