@@ -43,6 +43,7 @@ pub fn local_status(broker: &Broker) -> LocalStatusReply {
             let index = |id: Option<u64>| id.map_or(-1, |i| i as i64);
             let membership = m.membership_config.membership();
             let traffic = partitions.get(&group).map(|p| p.traffic());
+            let rebuild = host.rebuilds().receiving(group);
             let count = |pick: fn(&crate::partition::Traffic) -> &AtomicU64| {
                 traffic.map_or(0, |t| pick(t).load(Ordering::Relaxed))
             };
@@ -66,6 +67,8 @@ pub fn local_status(broker: &Broker) -> LocalStatusReply {
                 events_in: count(|t| &t.events_in),
                 bytes_out: count(|t| &t.bytes_out),
                 events_out: count(|t| &t.events_out),
+                rebuild_bytes_done: rebuild.map_or(0, |r| r.bytes_done),
+                rebuild_bytes_total: rebuild.map_or(0, |r| r.bytes_total),
             }
         })
         .collect();
@@ -199,6 +202,9 @@ pub struct ReplicaStatus {
     /// A voter holding (nearly) everything the leader has.
     pub caught_up: bool,
     pub last_applied_index: i64,
+    /// While the replica is being rebuilt from a snapshot: bytes received so far and in all.
+    pub rebuild_bytes_done: u64,
+    pub rebuild_bytes_total: u64,
 }
 
 /// Asks every node for its report and assembles the cluster's status.
@@ -319,6 +325,8 @@ pub async fn cluster_status(broker: &Broker) -> ClusterStatus {
                         up: up(node),
                         caught_up,
                         last_applied_index: own.map_or(-1, |g| g.last_applied_index),
+                        rebuild_bytes_done: own.map_or(0, |g| g.rebuild_bytes_done),
+                        rebuild_bytes_total: own.map_or(0, |g| g.rebuild_bytes_total),
                     }
                 })
                 .collect();

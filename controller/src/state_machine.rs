@@ -164,11 +164,11 @@ impl RaftStateMachine<TypeConfig> for ControllerStateMachine {
         snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
         let mut applied: ControllerApplied =
-            postcard::from_bytes(snapshot.get_ref()).map_err(invalid)?;
+            postcard::from_bytes(snapshot.whole()?).map_err(invalid)?;
         applied.last_applied = meta.last_log_id;
         applied.membership = meta.last_membership.clone();
         self.applied = applied;
-        store_snapshot(&self.shard, meta, snapshot.get_ref(), &self.applied).await?;
+        store_snapshot(&self.shard, meta, snapshot.whole()?, &self.applied).await?;
         self.view.send_replace(Arc::new(self.applied.state.clone()));
         Ok(())
     }

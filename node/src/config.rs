@@ -114,6 +114,12 @@ pub struct ServeArgs {
     /// [env: TRIBUTARY_RAFT_LOG_KEEP_ENTRIES] [default: 1000000]
     #[arg(long)]
     pub raft_log_keep_entries: Option<u64>,
+    /// Bandwidth for rebuilding replicas from snapshots (a replaced disk, a new or moved
+    /// replica), sent and received together, shared by every rebuild the node takes part
+    /// in, so rebuilds do not starve live traffic; 0: unlimited.
+    /// [env: TRIBUTARY_REBUILD_BYTES_PER_SECOND] [default: 104857600 (100 MiB/s)]
+    #[arg(long)]
+    pub rebuild_bytes_per_second: Option<u64>,
     /// How long a node may stay silent before the placement controller counts it dead and
     /// re-creates its replicas on other nodes (e.g. 5m, 30s). [env: TRIBUTARY_NODE_DEAD_TIMEOUT]
     /// [default: 5m]
@@ -218,6 +224,7 @@ struct FileConfig {
     partitions_per_hub_max: Option<u16>,
     raft_snapshot_entries: Option<u64>,
     raft_log_keep_entries: Option<u64>,
+    rebuild_bytes_per_second: Option<u64>,
     node_dead_timeout: Option<String>,
     placement_interval: Option<String>,
     placement_moves_per_node: Option<u32>,
@@ -618,6 +625,11 @@ impl ServeArgs {
                     .or(env("TRIBUTARY_RAFT_LOG_KEEP_ENTRIES")?)
                     .or(file.raft_log_keep_entries)
                     .unwrap_or(tributary_raft::RaftSettings::default().log_keep_entries),
+                rebuild_bytes_per_second: self
+                    .rebuild_bytes_per_second
+                    .or(env("TRIBUTARY_REBUILD_BYTES_PER_SECOND")?)
+                    .or(file.rebuild_bytes_per_second)
+                    .unwrap_or(tributary_raft::RaftSettings::default().rebuild_bytes_per_second),
             },
             cluster_key_file: self
                 .cluster_key_file

@@ -44,6 +44,9 @@ where
     groups: RwLock<HashMap<GroupId, Running<SM>>>,
     /// Node beats from peers: which of the groups they lead sleep.
     beats: BeatsHeard,
+    /// The shard each running group's log lives in (snapshots being received are staged
+    /// there).
+    shards: RwLock<HashMap<GroupId, Shard>>,
 }
 
 impl<SM> GroupHost<SM>
@@ -56,6 +59,9 @@ where
 
     /// A host whose groups use `settings` for snapshots and log retention.
     pub fn with_settings(node_id: NodeId, router: PeerRouter, settings: RaftSettings) -> Arc<Self> {
+        router
+            .rebuilds()
+            .set_bytes_per_second(settings.rebuild_bytes_per_second);
         Arc::new(Self {
             node_id,
             router,
@@ -63,7 +69,22 @@ where
             controller_config: controller_config_with("tributary", &settings),
             groups: RwLock::new(HashMap::new()),
             beats: BeatsHeard::default(),
+            shards: RwLock::new(HashMap::new()),
         })
+    }
+
+    /// The replica rebuilds this node sends and receives.
+    pub fn rebuilds(&self) -> &crate::rebuild::Rebuilds {
+        self.router.rebuilds()
+    }
+
+    /// The shard a running group's log lives in.
+    pub(crate) fn shard_of(&self, group: GroupId) -> Option<Shard> {
+        self.shards
+            .read()
+            .expect("shards lock")
+            .get(&group)
+            .cloned()
     }
 
     /// Lets this host's idle groups sleep (see [`crate::quiet`]): from now on, until the
@@ -171,7 +192,8 @@ where
                 .await
                 .map_err(|e| start_error(e.to_string()))?;
         }
-        let log_store = LogStore::new(group, shard).map_err(|e| start_error(e.to_string()))?;
+        let log_store =
+            LogStore::new(group, shard.clone()).map_err(|e| start_error(e.to_string()))?;
         let network = NetworkFactory::new(self.router.clone(), group);
         debug_assert_eq!(crate::member_node(member), self.node_id);
         let config = if group == GroupId::CONTROLLER {
@@ -206,6 +228,10 @@ where
             return Err(HostError::AlreadyRunning(group));
         }
         groups.insert(group, (member, raft.clone(), Hibernation::default()));
+        self.shards
+            .write()
+            .expect("shards lock")
+            .insert(group, shard);
         Ok(raft)
     }
 
@@ -242,6 +268,7 @@ where
     /// Stops a group; its stored state stays until the caller deletes it.
     pub async fn stop(&self, group: GroupId) {
         let raft = self.groups.write().expect("groups lock").remove(&group);
+        self.shards.write().expect("shards lock").remove(&group);
         if let Some((_, raft, _)) = raft
             && let Err(err) = raft.shutdown().await
         {

@@ -11,6 +11,8 @@ mod network;
 pub mod peer_key;
 mod peer_service;
 pub mod quiet;
+pub mod rebuild;
+pub mod snapshot_stream;
 mod types;
 
 pub use coalesce::{BATCH_MESSAGES_MAX, COALESCE_WINDOW, Coalescer};
@@ -24,11 +26,12 @@ pub use network::{
 };
 pub use peer_service::{PeerCaller, PeerService};
 pub use quiet::Hibernation;
+pub use snapshot_stream::SNAPSHOT_PIECE_BYTES;
 pub use types::{
     AppendBatch, AppendOutcome, CONTROLLER_LOG_KEEP_ENTRIES, CaptureRange, Entry, LogId,
     ProducerStamp, Proposal, ProposalResult, Raft, RaftSettings, Snapshot, SnapshotData,
-    SnapshotMeta, StoredMembership, TypeConfig, WriteResponder, controller_config_with,
-    group_config, group_config_with,
+    SnapshotMeta, StoredMembership, StoredSnapshot, TypeConfig, WriteResponder,
+    controller_config_with, group_config, group_config_with,
 };
 
 /// Re-exports of openraft items the node needs, so it names them through this crate.

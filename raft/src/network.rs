@@ -27,7 +27,9 @@ use tributary_types::GroupId;
 
 use crate::coalesce::{COALESCE_WINDOW, Coalescer};
 use crate::log_store::{decode, encode};
-use crate::types::{SnapshotData, SnapshotMeta, TypeConfig};
+use crate::rebuild::{Direction, Rebuilds};
+use crate::snapshot_stream::PieceReader;
+use crate::types::{SnapshotData, SnapshotMeta, StoredSnapshot, TypeConfig};
 
 /// Size of the pieces a snapshot travels in.
 pub const SNAPSHOT_CHUNK_BYTES: usize = 4 * 1024 * 1024;
@@ -41,6 +43,46 @@ pub(crate) struct SnapshotChunk {
     pub(crate) data: Bytes,
     /// On the last piece: the leader's vote and the snapshot's metadata.
     pub(crate) done: Option<(VoteOf<TypeConfig>, SnapshotMeta)>,
+}
+
+/// How long one piece may take to be stored by its receiver at least: openraft's snapshot
+/// timeout (200 ms) is meant for small messages, and a receiver waits for its share of
+/// its node's rebuild budget before it stores a piece.
+const SNAPSHOT_PIECE_TIMEOUT_MIN: Duration = Duration::from_secs(10);
+
+/// An index row on the wire: (first sequence, log index, first offset, enqueued ms, event
+/// count).
+pub(crate) type IndexRowWire = (i64, u64, i64, i64, u32);
+
+/// One piece of a snapshot streamed from storage ([`SnapshotData::Stored`]).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct SnapshotPiece {
+    /// Random per transfer: pieces of different transfers are never mixed.
+    pub(crate) transfer: u64,
+    /// The piece's place in the transfer, from 0.
+    pub(crate) seq: u64,
+    pub(crate) body: PieceBody,
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) enum PieceBody {
+    /// The first piece: the state at the snapshot's point, and what the log pieces carry.
+    Begin {
+        state: Bytes,
+        first_log: u64,
+        last_log: u64,
+        bytes: u64,
+    },
+    /// Consecutive log entries (stored bytes) and the index rows of those holding events.
+    Log {
+        entries: Vec<(u64, Bytes)>,
+        index: Vec<IndexRowWire>,
+    },
+    /// The last piece: the leader's vote and the snapshot's metadata; installs it.
+    End {
+        vote: VoteOf<TypeConfig>,
+        meta: SnapshotMeta,
+    },
 }
 
 /// How long a batch of coalesced messages may take to be answered.
@@ -102,6 +144,8 @@ struct RouterInner {
     /// One channel (one HTTP/2 connection) per peer node, shared by all groups, and the
     /// coalescer batching heartbeats to it.
     channels: RwLock<HashMap<u64, (String, Channel, Coalescer)>>,
+    /// Replica rebuilds this node sends and receives, and their shared budget.
+    rebuilds: Rebuilds,
 }
 
 /// Routes the Raft messages of every group on this node to peer nodes. Cheap to clone.
@@ -130,9 +174,100 @@ impl PeerRouter {
                 connector: Box::new(connector),
                 addresses: RwLock::new(HashMap::new()),
                 channels: RwLock::new(HashMap::new()),
+                rebuilds: Rebuilds::default(),
             }),
             heartbeats: false,
         }
+    }
+
+    /// The replica rebuilds this node sends and receives.
+    pub fn rebuilds(&self) -> &Rebuilds {
+        &self.inner.rebuilds
+    }
+
+    /// Streams a snapshot whose log is in storage: its state, then its entries in pieces
+    /// of about [`crate::SNAPSHOT_PIECE_BYTES`] read one at a time, within the node's rebuild
+    /// budget, then its metadata, which makes the receiver install it.
+    async fn send_stored(
+        &self,
+        target: u64,
+        group: GroupId,
+        vote: VoteOf<TypeConfig>,
+        meta: SnapshotMeta,
+        stored: StoredSnapshot,
+        timeout: Duration,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let transfer = rand::random::<u64>();
+        let last_log = meta.last_log_id.map_or(0, |id| id.index);
+        let progress = self
+            .rebuilds()
+            .start(group, Direction::Send, target, stored.bytes);
+        let mut seq = 0;
+        let mut send = async |body: PieceBody| {
+            let piece = SnapshotPiece {
+                transfer,
+                seq,
+                body,
+            };
+            seq += 1;
+            self.call::<_, ()>(
+                target,
+                group,
+                MessageKind::SnapshotPiece,
+                &piece,
+                timeout,
+                false,
+            )
+            .await
+        };
+        send(PieceBody::Begin {
+            state: stored.state.clone(),
+            first_log: stored.first_log,
+            last_log,
+            bytes: stored.bytes,
+        })
+        .await?;
+        let mut reader = PieceReader::new(stored, last_log);
+        while let Some(piece) = reader
+            .next_piece()
+            .map_err(|e| unreachable(format!("reading the snapshot of {group}: {e}")))?
+        {
+            let bytes = piece.entry_bytes() as u64;
+            self.rebuilds().take(bytes).await;
+            send(PieceBody::Log {
+                entries: piece.entries,
+                index: piece
+                    .index
+                    .iter()
+                    .map(|r| {
+                        (
+                            r.first_sequence,
+                            r.log_index,
+                            r.first_offset,
+                            r.enqueued_time_ms,
+                            r.event_count,
+                        )
+                    })
+                    .collect(),
+            })
+            .await?;
+            progress.add(bytes);
+        }
+        let piece = SnapshotPiece {
+            transfer,
+            seq,
+            body: PieceBody::End { vote, meta },
+        };
+        Ok(self
+            .call(
+                target,
+                group,
+                MessageKind::SnapshotPiece,
+                &piece,
+                timeout,
+                false,
+            )
+            .await?)
     }
 
     /// The same router, for openraft's heartbeat worker: its messages share batches.
@@ -363,12 +498,23 @@ impl GroupRouter<TypeConfig, GroupId> for PeerRouter {
         group: GroupId,
         vote: VoteOf<TypeConfig>,
         snapshot: SnapshotOf<TypeConfig, SnapshotData>,
-        _cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let data = match snapshot.snapshot {
+            SnapshotData::Stored(stored) => {
+                let timeout = option.hard_ttl().max(SNAPSHOT_PIECE_TIMEOUT_MIN);
+                let send = self.send_stored(target, group, vote, snapshot.meta, stored, timeout);
+                // A leader that steps down stops sending at once.
+                return tokio::select! {
+                    sent = send => sent,
+                    closed = cancel => Err(closed.into()),
+                };
+            }
+            SnapshotData::Whole(data) => Bytes::from(data.into_inner()),
+        };
         // Sent in chunks, one at a time: no message nears the transport's size limit, and
         // a receiver that restarts mid-way makes the leader start over (offset 0).
-        let data = Bytes::from(snapshot.snapshot.into_inner());
         let transfer = rand::random::<u64>();
         let mut offset = 0usize;
         loop {

@@ -15,10 +15,14 @@ use tributary_proto::peer::{
 };
 use tributary_types::GroupId;
 
+use tributary_storage::{IndexRow, LogPiece};
+
 use crate::host::GroupHost;
 use crate::log_store::{decode, encode};
-use crate::network::{PEER_MESSAGE_BYTES_MAX, SnapshotChunk};
+use crate::network::{PEER_MESSAGE_BYTES_MAX, PieceBody, SnapshotChunk, SnapshotPiece};
 use crate::quiet::QuietBeat;
+use crate::rebuild::{Direction, RebuildHandle};
+use crate::snapshot_stream::{Stager, discard};
 use crate::types::{Raft, SnapshotData, TypeConfig};
 
 /// Who is calling over a peer connection, as the node's peer port admitted it: the connect
@@ -59,8 +63,21 @@ where
     SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
 {
     host: Arc<GroupHost<SM>>,
-    /// Snapshots being received, one per group: the transfer id and the bytes so far.
+    /// Snapshots being received whole, one per group: the transfer id and the bytes so far.
     snapshots: Mutex<HashMap<GroupId, (u64, Vec<u8>)>>,
+    /// Snapshots being received piece by piece, one per group; the lock is held while a
+    /// piece is stored or the snapshot installed, so those never overlap.
+    streamed: Mutex<HashMap<GroupId, Arc<tokio::sync::Mutex<Option<Receiving>>>>>,
+}
+
+/// A snapshot being received piece by piece, staged in storage until its last piece
+/// installs it.
+struct Receiving {
+    transfer: u64,
+    /// The piece expected next.
+    next_seq: u64,
+    stager: Stager,
+    progress: RebuildHandle,
 }
 
 impl<SM> PeerService<SM>
@@ -71,6 +88,128 @@ where
         Self {
             host,
             snapshots: Mutex::new(HashMap::new()),
+            streamed: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Stores one piece of a streamed snapshot; the last one installs it.
+    async fn snapshot_piece(
+        &self,
+        raft: &Raft<SM>,
+        group: GroupId,
+        from_node: u64,
+        bytes: &[u8],
+    ) -> Result<Bytes, String> {
+        let piece: SnapshotPiece = decode(bytes).map_err(|e| e.to_string())?;
+        let slot = self
+            .streamed
+            .lock()
+            .expect("streamed lock")
+            .entry(group)
+            .or_default()
+            .clone();
+        let mut slot = slot.lock().await;
+        let receiving = match piece.body {
+            PieceBody::Begin {
+                state,
+                first_log,
+                last_log,
+                bytes,
+            } => {
+                if piece.seq != 0 {
+                    return Err(format!(
+                        "a snapshot of {group} cannot begin with piece {}",
+                        piece.seq
+                    ));
+                }
+                let shard = self
+                    .host
+                    .shard_of(group)
+                    .ok_or_else(|| format!("group {group} is not running on this node"))?;
+                *slot = None;
+                let stager = Stager::begin(shard, group, state, first_log, last_log, bytes)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                *slot = Some(Receiving {
+                    transfer: piece.transfer,
+                    next_seq: 1,
+                    stager,
+                    progress: self.host.rebuilds().start(
+                        group,
+                        Direction::Receive,
+                        from_node,
+                        bytes,
+                    ),
+                });
+                return encode(&()).map_err(|e| e.to_string());
+            }
+            _ => match slot.as_mut() {
+                Some(r) if r.transfer == piece.transfer && r.next_seq == piece.seq => r,
+                Some(r) if r.transfer == piece.transfer => {
+                    let expected = r.next_seq;
+                    *slot = None;
+                    return Err(format!(
+                        "piece {} of the snapshot of {group} came when piece {expected} was \
+                         expected; start again",
+                        piece.seq
+                    ));
+                }
+                _ => {
+                    return Err(format!(
+                        "piece {} of a snapshot of {group} this node is not receiving; start \
+                         again",
+                        piece.seq
+                    ));
+                }
+            },
+        };
+        match piece.body {
+            PieceBody::Begin { .. } => unreachable!("handled above"),
+            PieceBody::Log { entries, index } => {
+                let piece = LogPiece {
+                    entries,
+                    index: index
+                        .into_iter()
+                        .map(|row| IndexRow {
+                            first_sequence: row.0,
+                            log_index: row.1,
+                            first_offset: row.2,
+                            enqueued_time_ms: row.3,
+                            event_count: row.4,
+                        })
+                        .collect(),
+                };
+                let bytes = piece.entry_bytes() as u64;
+                self.host.rebuilds().take(bytes).await;
+                if let Err(err) = receiving.stager.piece(piece).await {
+                    *slot = None;
+                    return Err(format!("{err}; start again"));
+                }
+                receiving.next_seq += 1;
+                receiving.progress.add(bytes);
+                encode(&()).map_err(|e| e.to_string())
+            }
+            PieceBody::End { vote, meta } => {
+                let receiving = slot.take().expect("matched above");
+                let last_log = meta.last_log_id.map_or(0, |id| id.index);
+                let stored = receiving
+                    .stager
+                    .finish(last_log)
+                    .map_err(|e| format!("{e}; start again"))?;
+                let shard = stored.shard.clone();
+                let snapshot = openraft::alias::SnapshotOf::<TypeConfig, SnapshotData> {
+                    meta,
+                    snapshot: SnapshotData::Stored(stored),
+                };
+                let installed = raft.install_full_snapshot(vote, snapshot).await;
+                // Installed, the staged rows have moved; refused (a stale leader's, or one
+                // the replica does not need), they go.
+                if let Err(err) = discard(&shard, group).await {
+                    tracing::warn!(%group, %err, "could not discard a staged snapshot");
+                }
+                drop(receiving.progress);
+                encode(&installed.map_err(|e| e.to_string())?).map_err(|e| e.to_string())
+            }
         }
     }
 
@@ -162,6 +301,15 @@ where
                 self.snapshot_chunk(&raft, GroupId::from_u64(message.group), &message.payload)
                     .await
             }
+            Some((_, raft)) if message.kind == MessageKind::SnapshotPiece as i32 => {
+                self.snapshot_piece(
+                    &raft,
+                    GroupId::from_u64(message.group),
+                    message.from_node,
+                    &message.payload,
+                )
+                .await
+            }
             Some((_, raft)) => dispatch(&raft, message).await,
             None => Err(format!(
                 "group {} is not hosted on node {}",
@@ -195,7 +343,9 @@ where
             let resp = raft.pre_vote(req).await.map_err(|e| text(&e))?;
             encode(&resp).map_err(|e| text(&e))
         }
-        MessageKind::SnapshotChunk => Err("snapshot pieces are collected before dispatch".into()),
+        MessageKind::SnapshotChunk | MessageKind::SnapshotPiece => {
+            Err("snapshot pieces are collected before dispatch".into())
+        }
         MessageKind::QuietBeat => Err("node beats are handled before dispatch".into()),
         MessageKind::TransferLeader => {
             let req: TransferLeaderRequest<TypeConfig> = decode(bytes).map_err(|e| text(&e))?;

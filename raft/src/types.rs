@@ -3,6 +3,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use tributary_types::GroupId;
 
 /// A batch of events proposed by the partition leader: one Raft entry. The events are stored
 /// exactly as encoded here; applying the entry only indexes them.
@@ -126,8 +127,55 @@ openraft::declare_raft_types!(
 pub type WriteResponder =
     openraft::impls::ProgressResponder<TypeConfig, openraft::raft::ClientWriteResult<TypeConfig>>;
 
-/// Snapshot payloads are built and installed in memory.
-pub type SnapshotData = Cursor<Vec<u8>>;
+/// A snapshot's data as openraft hands it between a state machine and the transport.
+#[derive(Debug)]
+pub enum SnapshotData {
+    /// The whole payload in memory: the controller's state (small), and partitions'
+    /// snapshots from senders that send them whole.
+    Whole(Cursor<Vec<u8>>),
+    /// A partition's: its state at the snapshot's point, and its retained log through that
+    /// point, which stays in storage and travels in bounded pieces.
+    Stored(StoredSnapshot),
+}
+
+impl SnapshotData {
+    /// A payload held whole.
+    pub fn new(bytes: Vec<u8>) -> Self {
+        SnapshotData::Whole(Cursor::new(bytes))
+    }
+
+    /// The payload of a snapshot held whole; an error for one whose log is in storage (which
+    /// only partitions make).
+    pub fn whole(&self) -> std::io::Result<&[u8]> {
+        match self {
+            SnapshotData::Whole(bytes) => Ok(bytes.get_ref()),
+            SnapshotData::Stored(stored) => Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "a snapshot of {} with its log in storage where one held whole was expected",
+                    stored.rows_of
+                ),
+            )),
+        }
+    }
+}
+
+/// A snapshot whose log stays in storage (see [`SnapshotData::Stored`]).
+#[derive(Debug, Clone)]
+pub struct StoredSnapshot {
+    /// The state machine's state at the snapshot's point, as it encodes it.
+    pub state: Bytes,
+    /// The shard holding the log entries.
+    pub shard: tributary_storage::Shard,
+    /// Whose rows they are: the group's own on the sender, its staging key (see
+    /// [`tributary_storage::staging_group`]) on a receiver.
+    pub rows_of: GroupId,
+    /// The first entry carried (the first holding retained events); every entry from it
+    /// through the snapshot's last log index travels, with its index row.
+    pub first_log: u64,
+    /// Stored bytes of those entries (for progress reports).
+    pub bytes: u64,
+}
 
 /// A group's Raft handle, generic over its state machine.
 pub type Raft<SM> = openraft::Raft<TypeConfig, SM>;
@@ -166,6 +214,8 @@ pub struct RaftSettings {
     /// which carries the whole retained log. Entries are never deleted by this (the log is
     /// the data; retention deletes it).
     pub log_keep_entries: u64,
+    /// The node's budget for replica rebuilds, sent and received together (0: unlimited).
+    pub rebuild_bytes_per_second: u64,
 }
 
 impl Default for RaftSettings {
@@ -173,6 +223,7 @@ impl Default for RaftSettings {
         Self {
             snapshot_entries: 10_000,
             log_keep_entries: 1_000_000,
+            rebuild_bytes_per_second: crate::rebuild::REBUILD_BYTES_PER_SECOND_DEFAULT,
         }
     }
 }

@@ -256,6 +256,11 @@ impl Shard {
             .map_err(|_| StorageError::Io("the storage writer did not start".into()))
     }
 
+    /// Whether `other` is a handle to this same shard.
+    pub fn is_same(&self, other: &Shard) -> bool {
+        Arc::ptr_eq(&self.db, &other.db)
+    }
+
     /// Resolves with the first failed commit's error once the shard has failed (see
     /// [`Shard`]); pending forever while it works.
     pub async fn failed(&self) -> StorageError {
@@ -1388,7 +1393,9 @@ fn clear_index(tables: &mut Tables<'_>, g: u64) -> Result<(), StorageError> {
         .map_err(StorageError::io)?;
     tables
         .time()?
-        .retain_in((g, i64::MIN, i64::MIN)..=(g, i64::MAX, i64::MAX), |_, _| false)
+        .retain_in((g, i64::MIN, i64::MIN)..=(g, i64::MAX, i64::MAX), |_, _| {
+            false
+        })
         .map_err(StorageError::io)?;
     Ok(())
 }
@@ -1656,9 +1663,15 @@ mod tests {
             }));
             shard.write(writes, Durability::Lazy).await.unwrap();
         }
-        assert_eq!(indexes(&shard, 0), [(1..=10).collect::<Vec<_>>(), vec![30]].concat());
+        assert_eq!(
+            indexes(&shard, 0),
+            [(1..=10).collect::<Vec<_>>(), vec![30]].concat()
+        );
         assert_eq!(shard.groups().unwrap(), vec![group(0)]);
-        assert_eq!(shard.staged_groups().unwrap(), vec![staging_group(group(0))]);
+        assert_eq!(
+            shard.staged_groups().unwrap(),
+            vec![staging_group(group(0))]
+        );
 
         shard
             .write(
@@ -1675,22 +1688,37 @@ mod tests {
             sequences(&shard, 0),
             (20..=25).map(|i| (80 + i as i64, i)).collect::<Vec<_>>()
         );
-        assert_eq!(shard.sequence_for_offset(group(0), 1030).unwrap(), Some(103));
-        assert_eq!(shard.meta(group(0), MetaKey::Vote).unwrap().unwrap(), "vote");
+        assert_eq!(
+            shard.sequence_for_offset(group(0), 1030).unwrap(),
+            Some(103)
+        );
+        assert_eq!(
+            shard.meta(group(0), MetaKey::Vote).unwrap().unwrap(),
+            "vote"
+        );
         assert!(shard.staged_groups().unwrap().is_empty());
         // The replaced entries' segments are freed at the next checkpoint; the moved ones
         // are still counted where they lie: deleting the group frees every segment.
-        shard.write(Vec::new(), Durability::Immediate).await.unwrap();
+        shard
+            .write(Vec::new(), Durability::Immediate)
+            .await
+            .unwrap();
         let after_install = segment_files(&dir);
         assert!(
             segments_before.iter().any(|s| !after_install.contains(s)),
             "no segment of the replaced entries was freed: {segments_before:?}"
         );
         shard
-            .write(vec![Mutation::DeleteGroup { group: group(0) }], Durability::Immediate)
+            .write(
+                vec![Mutation::DeleteGroup { group: group(0) }],
+                Durability::Immediate,
+            )
             .await
             .unwrap();
-        shard.write(Vec::new(), Durability::Immediate).await.unwrap();
+        shard
+            .write(Vec::new(), Durability::Immediate)
+            .await
+            .unwrap();
         assert!(segment_files(&dir).len() <= 1, "{:?}", segment_files(&dir));
     }
 
@@ -1721,7 +1749,10 @@ mod tests {
         let crashed = crash_copy(&dir);
         let recovered = open(&crashed);
         // The discarding write is queued at open; the next write follows it.
-        recovered.write(Vec::new(), Durability::Immediate).await.unwrap();
+        recovered
+            .write(Vec::new(), Durability::Immediate)
+            .await
+            .unwrap();
         assert!(recovered.staged_groups().unwrap().is_empty());
         assert_eq!(indexes(&recovered, 0), vec![1, 2]);
         assert!(indexes(&recovered, 1).is_empty());
@@ -1734,7 +1765,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let shard = Shard::open(&dir.path().join("s.redb"), never_checkpointing()).unwrap();
         shard
-            .write(vec![put(0, 1), staged_put(0, 5), staged_put(0, 6)], Durability::Lazy)
+            .write(
+                vec![put(0, 1), staged_put(0, 5), staged_put(0, 6)],
+                Durability::Lazy,
+            )
             .await
             .unwrap();
         shard
@@ -1750,7 +1784,10 @@ mod tests {
         assert_eq!(indexes(&shard, 0), vec![5, 6]);
         let crashed = crash_copy(&dir);
         let recovered = open(&crashed);
-        recovered.write(Vec::new(), Durability::Immediate).await.unwrap();
+        recovered
+            .write(Vec::new(), Durability::Immediate)
+            .await
+            .unwrap();
         assert_eq!(indexes(&recovered, 0), vec![5, 6]);
         assert!(recovered.staged_groups().unwrap().is_empty());
     }

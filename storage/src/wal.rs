@@ -734,7 +734,9 @@ pub(crate) mod tests {
                     before_sequence,
                 }
             }),
-            group.clone().prop_map(|group| Mutation::DeleteGroup { group }),
+            group
+                .clone()
+                .prop_map(|group| Mutation::DeleteGroup { group }),
             (group, any::<u64>())
                 .prop_map(|(group, through)| Mutation::InstallStaged { group, through }),
             ("[a-z/]{0,12}", bytes).prop_map(|(key, value)| Mutation::PutCatalog { key, value }),

@@ -12,15 +12,16 @@ use tokio::sync::watch;
 use tributary_raft::openraft_api::{
     EntryPayload, EntryResponder, RaftSnapshotBuilder, RaftStateMachine, StoredMembership,
 };
+use tributary_raft::snapshot_stream;
 use tributary_raft::{
-    AppendOutcome, CaptureRange, ProducerStamp, Proposal, ProposalResult, SnapshotData, TypeConfig,
-    decode_entry, encode,
+    AppendOutcome, CaptureRange, ProducerStamp, Proposal, ProposalResult, SnapshotData,
+    StoredSnapshot, TypeConfig, decode_entry, encode,
 };
 use tributary_raft::{
     LogId as LogIdT, Snapshot as SnapshotT, SnapshotMeta as SnapshotMetaT,
     StoredMembership as MembershipT,
 };
-use tributary_storage::{Durability, IndexRow, MetaKey, Mutation, Shard};
+use tributary_storage::{Durability, IndexRow, MetaKey, Mutation, Shard, staging_group};
 use tributary_types::GroupId;
 
 use super::codec;
@@ -170,10 +171,12 @@ impl Progress {
     }
 }
 
-/// Snapshot payload: the partition's state at the snapshot point, and its retained log
-/// through that point with the entries' index rows. The receiver stores them as they are,
-/// so it has exactly the numbering, index and producer state the sender had at that point,
-/// however many of the earliest entries retention has removed.
+/// A snapshot payload held whole, as earlier versions send it: the partition's state at the
+/// snapshot point, and its retained log through that point with the entries' index rows.
+/// (This version sends the same content streamed from storage, [`SnapshotData::Stored`].)
+/// The receiver stores them as they are, so it has exactly the numbering, index and
+/// producer state the sender had at that point, however many of the earliest entries
+/// retention has removed.
 #[derive(Debug)]
 struct SnapshotPayload {
     state: AppliedState,
@@ -192,7 +195,9 @@ struct SnapshotPayloadWire<State> {
     log: Vec<(u64, bytes::Bytes)>,
 }
 
-/// [`SnapshotPayloadWire`] as written, borrowing what it writes.
+/// [`SnapshotPayloadWire`] as written (by earlier versions; tests write it to play one),
+/// borrowing what it writes.
+#[cfg(test)]
 #[derive(Serialize)]
 struct SnapshotPayloadRef<'a> {
     state: AppliedStateV1Ref<'a>,
@@ -201,6 +206,7 @@ struct SnapshotPayloadRef<'a> {
 }
 
 /// The fields of [`AppliedState`] before Capture, as written.
+#[cfg(test)]
 #[derive(Serialize)]
 struct AppliedStateV1Ref<'a> {
     last_applied: &'a Option<LogIdT>,
@@ -210,6 +216,7 @@ struct AppliedStateV1Ref<'a> {
 }
 
 impl SnapshotPayload {
+    #[cfg(test)]
     fn encode(&self) -> io::Result<Vec<u8>> {
         let state = AppliedStateV1Ref {
             last_applied: &self.state.last_applied,
@@ -528,7 +535,60 @@ impl RaftStateMachine<TypeConfig> for PartitionStateMachine {
         meta: &SnapshotMetaT,
         snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
-        let payload = SnapshotPayload::decode(snapshot.get_ref())?;
+        match snapshot {
+            SnapshotData::Stored(stored) => self.install_stored(meta, stored).await,
+            SnapshotData::Whole(bytes) => self.install_whole(meta, bytes.get_ref()).await,
+        }
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<SnapshotT>, io::Error> {
+        let Some(bytes) = self.shard.meta(self.group, MetaKey::Snapshot)? else {
+            return Ok(None);
+        };
+        let meta: SnapshotMetaT = postcard::from_bytes(&bytes).map_err(invalid)?;
+        // The log is the data: the snapshot is its point, the state there, and the log
+        // through it, which stays in storage and is read piece by piece as it is sent.
+        let stored = stored_snapshot(self.group, &self.shard, &meta)?;
+        Ok(Some(SnapshotT {
+            meta,
+            snapshot: SnapshotData::Stored(stored),
+        }))
+    }
+}
+
+impl PartitionStateMachine {
+    /// Installs a snapshot whose log is in storage: one received piece by piece is staged
+    /// in this replica's shard, and replaces the replica in one write.
+    async fn install_stored(
+        &mut self,
+        meta: &SnapshotMetaT,
+        stored: StoredSnapshot,
+    ) -> Result<(), io::Error> {
+        let last_index = meta.last_log_id.map_or(0, |id| id.index);
+        let state = decode_applied(&stored.state)?;
+        let here = stored.shard.is_same(&self.shard);
+        let staged = if here && stored.rows_of == self.group {
+            // This replica's own snapshot: its log is already in place.
+            None
+        } else if here && stored.rows_of == staging_group(self.group) {
+            Some(stored)
+        } else {
+            // Elsewhere (another shard): copied piece by piece, as a peer would send it.
+            let copy =
+                snapshot_stream::stage_copy(&stored, last_index, self.shard.clone(), self.group);
+            Some(copy.await?)
+        };
+        let install = staged.map(|_| Mutation::InstallStaged {
+            group: self.group,
+            through: last_index,
+        });
+        self.finish_install(meta, state, install.into_iter().collect())
+            .await
+    }
+
+    /// Installs a snapshot received whole (from a sender of an earlier version).
+    async fn install_whole(&mut self, meta: &SnapshotMetaT, bytes: &[u8]) -> Result<(), io::Error> {
+        let payload = SnapshotPayload::decode(bytes)?;
         let last_index = meta.last_log_id.map_or(0, |id| id.index);
         let beyond = payload
             .log
@@ -571,7 +631,18 @@ impl RaftStateMachine<TypeConfig> for PartitionStateMachine {
                     entry,
                 }),
         );
-        let mut state = payload.state;
+        self.finish_install(meta, payload.state, mutations).await
+    }
+
+    /// Writes `mutations` (which put the snapshot's log and index in place) with the state
+    /// at the snapshot's point, durably in one write, and publishes it.
+    async fn finish_install(
+        &mut self,
+        meta: &SnapshotMetaT,
+        mut state: AppliedState,
+        mut mutations: Vec<Mutation>,
+    ) -> Result<(), io::Error> {
+        let last_index = meta.last_log_id.map_or(0, |id| id.index);
         state.last_applied = meta.last_log_id;
         state.membership = meta.last_membership.clone();
         mutations.push(Mutation::PutMeta {
@@ -591,10 +662,7 @@ impl RaftStateMachine<TypeConfig> for PartitionStateMachine {
         });
         self.shard.write(mutations, Durability::Immediate).await?;
         let mut published = state.progress;
-        published.begin_sequence = payload
-            .index
-            .first()
-            .map_or(state.progress.next_sequence, |row| row.0);
+        published.begin_sequence = retained_begin(self.group, &self.shard, &state)?;
         self.state = state;
         self.progress.send_replace(published);
         self.capture.send_replace(self.state.capture);
@@ -608,20 +676,64 @@ impl RaftStateMachine<TypeConfig> for PartitionStateMachine {
         );
         Ok(())
     }
+}
 
-    async fn get_current_snapshot(&mut self) -> Result<Option<SnapshotT>, io::Error> {
-        let Some(bytes) = self.shard.meta(self.group, MetaKey::Snapshot)? else {
-            return Ok(None);
+/// The snapshot recorded by `meta`, its log left in storage: from the first entry holding
+/// retained events through the snapshot's point.
+fn stored_snapshot(
+    group: GroupId,
+    shard: &Shard,
+    meta: &SnapshotMetaT,
+) -> io::Result<StoredSnapshot> {
+    let last_index = meta.last_log_id.map_or(0, |id| id.index);
+    let state = match shard.meta(group, MetaKey::SnapshotState)? {
+        Some(bytes) => decode_applied(&bytes)?,
+        // Recorded by an earlier version, which kept no state with its snapshots and never
+        // removed entries: the state at the point is the whole log's, replayed.
+        None => replayed_state(group, shard, last_index)?,
+    };
+    // Earlier entries are blank or membership entries, which the snapshot's meta covers.
+    let first_log = shard
+        .first_index(group)?
+        .map_or(last_index + 1, |row| row.log_index.min(last_index + 1));
+    let bytes = shard
+        .log_sizes(group)?
+        .into_iter()
+        .filter(|(index, _)| (first_log..=last_index).contains(index))
+        .map(|(_, size)| size)
+        .sum();
+    Ok(StoredSnapshot {
+        state: encode(&state)?,
+        shard: shard.clone(),
+        rows_of: group,
+        first_log,
+        bytes,
+    })
+}
+
+/// The state after applying the log from its start through `last_index`, read a piece at a
+/// time.
+fn replayed_state(group: GroupId, shard: &Shard, last_index: u64) -> io::Result<AppliedState> {
+    let mut state = AppliedState::default();
+    let mut next = 0;
+    while next <= last_index {
+        let entries = shard.log_entries_limited(
+            group,
+            next,
+            last_index + 1,
+            tributary_raft::SNAPSHOT_PIECE_BYTES,
+        )?;
+        let Some((last, _)) = entries.last() else {
+            break;
         };
-        let meta: SnapshotMetaT = postcard::from_bytes(&bytes).map_err(invalid)?;
-        // The log is the data: the payload of the recorded snapshot is read from storage
-        // when it is needed (to send it to a replica), not kept.
-        let payload = snapshot_payload(self.group, &self.shard, &meta)?;
-        Ok(Some(SnapshotT {
-            meta,
-            snapshot: SnapshotData::new(payload),
-        }))
+        next = last + 1;
+        for (index, bytes) in &entries {
+            if let EntryPayload::Normal(proposal) = decode_entry(bytes)?.payload {
+                state.apply_proposal(*index, &proposal)?;
+            }
+        }
     }
+    Ok(state)
 }
 
 /// Builds a snapshot of the state as of when the builder was created.
@@ -629,45 +741,6 @@ pub struct SnapshotBuilder {
     group: GroupId,
     shard: Shard,
     state: AppliedState,
-}
-
-fn snapshot_payload(group: GroupId, shard: &Shard, meta: &SnapshotMetaT) -> io::Result<Vec<u8>> {
-    let last_index = meta.last_log_id.map_or(0, |id| id.index);
-    // Every entry from the first one that holds events (earlier ones are blank or
-    // membership entries, which the snapshot's meta covers).
-    let first_log = shard.first_index(group)?.map_or(0, |row| row.log_index);
-    let log = shard.log_entries(group, first_log, last_index + 1)?;
-    let index = shard
-        .index_rows(group, last_index)?
-        .into_iter()
-        .map(|r| {
-            (
-                r.first_sequence,
-                r.log_index,
-                r.first_offset,
-                r.enqueued_time_ms,
-                r.event_count,
-            )
-        })
-        .collect();
-    let state = match shard.meta(group, MetaKey::SnapshotState)? {
-        Some(bytes) => decode_applied(&bytes)?,
-        // Recorded by an earlier version, which kept no state with its snapshots and never
-        // removed entries: the state at the point is the whole log's, replayed.
-        None => replayed_state(&log)?,
-    };
-    SnapshotPayload { state, index, log }.encode()
-}
-
-/// The state after applying `log`, from the empty state.
-fn replayed_state(log: &[(u64, bytes::Bytes)]) -> io::Result<AppliedState> {
-    let mut state = AppliedState::default();
-    for (index, bytes) in log {
-        if let EntryPayload::Normal(proposal) = decode_entry(bytes)?.payload {
-            state.apply_proposal(*index, &proposal)?;
-        }
-    }
-    Ok(state)
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {

@@ -281,9 +281,15 @@ fn status_text(status: &ClusterStatus) -> String {
                 .iter()
                 .map(|r| {
                     let state = match (r.up, r.caught_up) {
-                        (false, _) => "down",
-                        (true, true) => "caught-up",
-                        (true, false) => "behind",
+                        (false, _) => "down".to_string(),
+                        (true, true) => "caught-up".to_string(),
+                        (true, false) if r.rebuild_bytes_total > 0 => format!(
+                            "rebuilding {}%: {} of {}",
+                            r.rebuild_bytes_done * 100 / r.rebuild_bytes_total,
+                            human_bytes(r.rebuild_bytes_done),
+                            human_bytes(r.rebuild_bytes_total)
+                        ),
+                        (true, false) => "behind".to_string(),
                     };
                     format!("{}({state})", r.node)
                 })
@@ -312,6 +318,21 @@ fn status_text(status: &ClusterStatus) -> String {
         text.push_str(&moves.render());
     }
     text
+}
+
+/// Bytes as a person reads them: 1.5 GiB, 300.0 MiB, 12 B.
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
 }
 
 fn status_json(status: &ClusterStatus) -> serde_json::Value {
@@ -354,6 +375,8 @@ fn status_json(status: &ClusterStatus) -> serde_json::Value {
                 "up": r.up,
                 "caught_up": r.caught_up,
                 "last_applied_index": r.last_applied_index,
+                "rebuild_bytes_done": r.rebuild_bytes_done,
+                "rebuild_bytes_total": r.rebuild_bytes_total,
             })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "moves": status.moves.iter().map(|m| json!({
@@ -417,12 +440,22 @@ mod tests {
                         up: true,
                         caught_up: true,
                         last_applied_index: 9,
+                        ..Default::default()
                     },
                     ReplicaStatus {
                         node: 1,
                         up: false,
                         caught_up: false,
                         last_applied_index: -1,
+                        ..Default::default()
+                    },
+                    ReplicaStatus {
+                        node: 3,
+                        up: true,
+                        caught_up: false,
+                        last_applied_index: -1,
+                        rebuild_bytes_done: 384 * 1024 * 1024,
+                        rebuild_bytes_total: 1536 * 1024 * 1024,
                     },
                 ],
             }],
@@ -440,7 +473,14 @@ mod tests {
         assert_eq!(replicas_left(&status, 2), 2);
         assert!(text.contains("controller leader:  2"), "{text}");
         assert!(text.contains("1     down"), "{text}");
-        assert!(text.contains("2(caught-up) 1(down)"), "{text}");
+        assert!(
+            text.contains("2(caught-up) 1(down) 3(rebuilding 25%: 384.0 MiB of 1.5 GiB)"),
+            "{text}"
+        );
+        assert_eq!(
+            json_replica_rebuild(&status_json(&status)),
+            (384 * 1024 * 1024, 1536 * 1024 * 1024)
+        );
         let json = status_json(&status);
         assert_eq!(json["nodes"][0]["up"], false);
         assert_eq!(json["partitions"][0]["leader"], 2);
@@ -455,6 +495,15 @@ mod tests {
         assert_eq!(json["nodes"][0]["zone"], serde_json::Value::Null);
         assert_eq!(second["decommissioning"], true);
         assert_eq!(json["moves"][0]["to"], 2);
+    }
+
+    /// The third replica's rebuild progress in the JSON status.
+    fn json_replica_rebuild(json: &serde_json::Value) -> (u64, u64) {
+        let replica = &json["partitions"][0]["replicas"][2];
+        (
+            replica["rebuild_bytes_done"].as_u64().unwrap(),
+            replica["rebuild_bytes_total"].as_u64().unwrap(),
+        )
     }
 
     #[test]

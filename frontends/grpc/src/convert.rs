@@ -313,6 +313,8 @@ pub fn cluster_status(status: ClusterStatus) -> pb::ClusterStatus {
                         up: r.up,
                         caught_up: r.caught_up,
                         last_applied_index: r.last_applied_index,
+                        rebuild_bytes_done: r.rebuild_bytes_done,
+                        rebuild_bytes_total: r.rebuild_bytes_total,
                     })
                     .collect(),
             })

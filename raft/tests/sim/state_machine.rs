@@ -153,11 +153,12 @@ impl RaftStateMachine<TypeConfig> for MemStateMachine {
         meta: &SnapshotMeta,
         snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
-        let mut installed: Applied = postcard::from_bytes(snapshot.get_ref()).map_err(invalid)?;
+        let bytes = snapshot.whole()?.to_vec();
+        let mut installed: Applied = postcard::from_bytes(&bytes).map_err(invalid)?;
         installed.last_applied = meta.last_log_id;
         installed.membership = meta.last_membership.clone();
         *self.state() = installed;
-        *self.snapshot.lock().expect("snapshot lock") = Some((meta.clone(), snapshot.into_inner()));
+        *self.snapshot.lock().expect("snapshot lock") = Some((meta.clone(), bytes));
         Ok(())
     }
 
