@@ -137,6 +137,26 @@ pub fn metrics_handle() -> PrometheusHandle {
                 "Snapshot pieces received from leaders"
             );
             metrics::describe_counter!(
+                "tributary_rebuild_bytes_sent_total",
+                "Log bytes sent to rebuild replicas from snapshots"
+            );
+            metrics::describe_counter!(
+                "tributary_rebuild_bytes_received_total",
+                "Log bytes received while this node's replicas were rebuilt from snapshots"
+            );
+            metrics::describe_gauge!(
+                "tributary_rebuilds_in_progress",
+                "Replica rebuilds under way, by direction (send, receive)"
+            );
+            metrics::describe_gauge!(
+                "tributary_rebuild_progress_bytes",
+                "Log bytes sent or received so far by each rebuild (group, peer, direction)"
+            );
+            metrics::describe_gauge!(
+                "tributary_rebuild_size_bytes",
+                "Log bytes each rebuild carries in all (group, peer, direction)"
+            );
+            metrics::describe_counter!(
                 "tributary_peer_batches_total",
                 "Coalesced batches of Raft messages (heartbeats) sent to peers"
             );

@@ -101,6 +101,7 @@ where
         bytes: &[u8],
     ) -> Result<Bytes, String> {
         let piece: SnapshotPiece = decode(bytes).map_err(|e| e.to_string())?;
+        metrics::counter!("tributary_peer_snapshot_chunks_received_total").increment(1);
         let slot = self
             .streamed
             .lock()

@@ -223,3 +223,197 @@ pub async fn stage_copy(
     }
     stager.finish(last_log)
 }
+
+#[cfg(test)]
+mod tests {
+    use tributary_storage::{IndexRow, ShardConfig};
+    use tributary_types::{HubId, PartitionId};
+
+    use super::*;
+
+    fn group() -> GroupId {
+        GroupId::new(HubId(2), PartitionId(1), 0)
+    }
+
+    /// Entry `index`'s bytes: `size` bytes that name it.
+    fn entry(index: u64, size: usize) -> Bytes {
+        let mut bytes = format!("entry {index} ").into_bytes();
+        bytes.resize(size, b'.');
+        Bytes::from(bytes)
+    }
+
+    fn row(index: u64) -> IndexRow {
+        IndexRow {
+            first_sequence: index as i64 * 3,
+            log_index: index,
+            first_offset: index as i64 * 300,
+            enqueued_time_ms: 1000 + index as i64,
+            event_count: 3,
+        }
+    }
+
+    /// A shard holding entries `1..=last` of `size` bytes; every entry but the multiples
+    /// of 5 holds events (has an index row).
+    async fn source(dir: &tempfile::TempDir, last: u64, size: usize) -> Shard {
+        let shard = Shard::open(&dir.path().join("source.redb"), ShardConfig::default()).unwrap();
+        for chunk in (1..=last).collect::<Vec<_>>().chunks(16) {
+            let mut writes: Vec<Mutation> = chunk
+                .iter()
+                .map(|&index| Mutation::PutLog {
+                    group: group(),
+                    index,
+                    entry: entry(index, size),
+                })
+                .collect();
+            writes.extend(chunk.iter().filter(|&&index| index % 5 != 0).map(|&index| {
+                Mutation::PutIndex {
+                    group: group(),
+                    row: row(index),
+                }
+            }));
+            shard.write(writes, Durability::Immediate).await.unwrap();
+        }
+        shard
+    }
+
+    fn stored(shard: &Shard, first_log: u64, bytes: u64) -> StoredSnapshot {
+        StoredSnapshot {
+            state: Bytes::from_static(b"state"),
+            shard: shard.clone(),
+            rows_of: group(),
+            first_log,
+            bytes,
+        }
+    }
+
+    /// A log of many pieces arrives whole and in order in the receiver's staging area, and
+    /// nowhere else, each piece within the piece size.
+    #[tokio::test]
+    async fn a_snapshot_of_many_pieces_is_staged_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        // 1 MiB entries through 40, sent from 3 through 37: about 9 pieces.
+        let size = 1024 * 1024;
+        let shard = source(&dir, 40, size).await;
+        let snapshot = stored(&shard, 3, 35 * size as u64);
+        let mut reader = PieceReader::new(snapshot.clone(), 37);
+        let mut pieces = 0;
+        while let Some(piece) = reader.next_piece().unwrap() {
+            assert!(
+                piece.entry_bytes() <= SNAPSHOT_PIECE_BYTES,
+                "{}",
+                piece.entry_bytes()
+            );
+            pieces += 1;
+        }
+        assert!(pieces >= 8, "{pieces} pieces");
+
+        let target = Shard::open(&dir.path().join("target.redb"), ShardConfig::default()).unwrap();
+        let staged = stage_copy(&snapshot, 37, target.clone(), group())
+            .await
+            .unwrap();
+        assert_eq!(staged.rows_of, staging_group(group()));
+        assert_eq!((staged.first_log, staged.bytes), (3, 35 * size as u64));
+        let staging = staging_group(group());
+        let entries = target.log_entries(staging, 0, u64::MAX).unwrap();
+        assert_eq!(entries, shard.log_entries(group(), 3, 38).unwrap());
+        let rows: Vec<IndexRow> = target.index_rows(staging, u64::MAX).unwrap();
+        let expected: Vec<IndexRow> = (3..=37).filter(|i| i % 5 != 0).map(row).collect();
+        assert_eq!(rows, expected);
+        // The replica itself has nothing until the snapshot is installed.
+        assert!(target.log_entries(group(), 0, u64::MAX).unwrap().is_empty());
+    }
+
+    /// Retention removing the entries a transfer still has to send ends it with an error,
+    /// never a log with a hole.
+    #[tokio::test]
+    async fn entries_removed_while_sending_end_the_transfer() {
+        let dir = tempfile::tempdir().unwrap();
+        let size = 1024 * 1024;
+        let shard = source(&dir, 20, size).await;
+        let mut reader = PieceReader::new(stored(&shard, 1, 20 * size as u64), 20);
+        let first = reader.next_piece().unwrap().unwrap();
+        let sent = first.entries.last().unwrap().0;
+        shard
+            .write(
+                vec![Mutation::PurgeLogThrough {
+                    group: group(),
+                    through: sent + 2,
+                }],
+                Durability::Immediate,
+            )
+            .await
+            .unwrap();
+        let err = reader.next_piece().unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        assert!(err.to_string().contains("removed (retention)"), "{err}");
+    }
+
+    /// A receiver refuses pieces that do not continue what it has: a gap, a repeat, entries
+    /// past the snapshot's point, index rows of other entries; and a snapshot whose pieces
+    /// stopped short is not finished.
+    #[tokio::test]
+    async fn pieces_that_do_not_follow_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = Shard::open(&dir.path().join("s.redb"), ShardConfig::default()).unwrap();
+        let piece = |indexes: std::ops::RangeInclusive<u64>, rows: Vec<IndexRow>| LogPiece {
+            entries: indexes.map(|i| (i, entry(i, 10))).collect(),
+            index: rows,
+        };
+        let mut stager = Stager::begin(shard.clone(), group(), Bytes::new(), 5, 12, 80)
+            .await
+            .unwrap();
+        stager.piece(piece(5..=7, vec![row(5)])).await.unwrap();
+        for wrong in [
+            piece(9..=10, vec![]),
+            piece(7..=8, vec![]),
+            piece(8..=13, vec![]),
+            piece(8..=9, vec![row(4)]),
+            LogPiece::default(),
+        ] {
+            let err = stager.piece(wrong).await.unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+        }
+        stager.piece(piece(8..=11, vec![row(9)])).await.unwrap();
+        let err = stager.finish(12).unwrap_err();
+        assert!(err.to_string().contains("entry 12 next"), "{err}");
+        assert!(
+            Stager::begin(shard, group(), Bytes::new(), 14, 12, 0)
+                .await
+                .is_err()
+        );
+    }
+
+    /// A new transfer starts from nothing: what an abandoned one staged is discarded.
+    #[tokio::test]
+    async fn a_new_transfer_discards_what_an_earlier_one_staged() {
+        let dir = tempfile::tempdir().unwrap();
+        let size = 1000;
+        let shard = source(&dir, 10, size).await;
+        let target = Shard::open(&dir.path().join("target.redb"), ShardConfig::default()).unwrap();
+        let mut abandoned = Stager::begin(target.clone(), group(), Bytes::new(), 1, 10, 0)
+            .await
+            .unwrap();
+        abandoned
+            .piece(LogPiece {
+                entries: vec![(1, entry(99, 10)), (2, entry(98, 10))],
+                index: vec![row(1)],
+            })
+            .await
+            .unwrap();
+        let staged = stage_copy(
+            &stored(&shard, 4, 7 * size as u64),
+            10,
+            target.clone(),
+            group(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(staged.first_log, 4);
+        let staging = staging_group(group());
+        assert_eq!(
+            target.log_entries(staging, 0, u64::MAX).unwrap(),
+            shard.log_entries(group(), 4, 11).unwrap()
+        );
+        assert_eq!(target.index_rows(staging, u64::MAX).unwrap()[0], row(4));
+    }
+}

@@ -100,6 +100,7 @@ mod tests {
             up: true,
             caught_up,
             last_applied_index,
+            ..Default::default()
         }
     }
 

@@ -696,12 +696,7 @@ fn stored_snapshot(
     let first_log = shard
         .first_index(group)?
         .map_or(last_index + 1, |row| row.log_index.min(last_index + 1));
-    let bytes = shard
-        .log_sizes(group)?
-        .into_iter()
-        .filter(|(index, _)| (first_log..=last_index).contains(index))
-        .map(|(_, size)| size)
-        .sum();
+    let bytes = shard.log_bytes(group, first_log..=last_index)?;
     Ok(StoredSnapshot {
         state: encode(&state)?,
         shard: shard.clone(),

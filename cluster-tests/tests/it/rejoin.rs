@@ -205,6 +205,13 @@ async fn a_wiped_node_rejoins_as_a_new_incarnation_rebuilt_from_snapshots() {
             >= 2 * u64::from(PARTITIONS),
         "snapshots of several MiB travel in pieces"
     );
+    // Streamed from the leaders' storage: every retained event's bytes came as log pieces.
+    let event_bytes = u64::from(PARTITIONS) * 600 * 8192;
+    let received = counter(&cluster, victim, "tributary_rebuild_bytes_received_total").await;
+    assert!(
+        received >= event_bytes,
+        "{received} bytes of rebuilds received, fewer than the {event_bytes} bytes of events"
+    );
 
     // The new incarnation must be a voter of every group, not just a copy: with another
     // node gone, the controller and every partition still need it for a majority. Wait
