@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
@@ -67,8 +68,15 @@ where
     snapshots: Mutex<HashMap<GroupId, (u64, Vec<u8>)>>,
     /// Snapshots being received piece by piece, one per group; the lock is held while a
     /// piece is stored or the snapshot installed, so those never overlap.
-    streamed: Mutex<HashMap<GroupId, Arc<tokio::sync::Mutex<Option<Receiving>>>>>,
+    streamed: Arc<Mutex<HashMap<GroupId, Slot>>>,
 }
+
+/// Where one group's streamed snapshot is received.
+type Slot = Arc<tokio::sync::Mutex<Option<Receiving>>>;
+
+/// A transfer that has sent no piece for this long is abandoned (its sender died or
+/// stepped down): what it staged is discarded and it no longer shows as a rebuild.
+const TRANSFER_IDLE_MAX: Duration = Duration::from_secs(60);
 
 /// A snapshot being received piece by piece, staged in storage until its last piece
 /// installs it.
@@ -78,18 +86,61 @@ struct Receiving {
     next_seq: u64,
     stager: Stager,
     progress: RebuildHandle,
+    last_piece: tokio::time::Instant,
 }
 
 impl<SM> PeerService<SM>
 where
     SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
 {
+    /// The service for `host`'s groups; call within a Tokio runtime (it starts the task that
+    /// abandons idle transfers).
     pub fn new(host: Arc<GroupHost<SM>>) -> Self {
-        Self {
+        let service = Self {
             host,
             snapshots: Mutex::new(HashMap::new()),
-            streamed: Mutex::new(HashMap::new()),
-        }
+            streamed: Arc::new(Mutex::new(HashMap::new())),
+        };
+        service.reap_idle_transfers();
+        service
+    }
+
+    /// Abandons the transfers idle for longer than [`TRANSFER_IDLE_MAX`], every few
+    /// seconds, until the service is dropped.
+    fn reap_idle_transfers(&self) {
+        let streamed = Arc::downgrade(&self.streamed);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(TRANSFER_IDLE_MAX / 6);
+            loop {
+                tick.tick().await;
+                let Some(streamed) = streamed.upgrade() else {
+                    return;
+                };
+                let slots: Vec<(GroupId, Slot)> = streamed
+                    .lock()
+                    .expect("streamed lock")
+                    .iter()
+                    .map(|(group, slot)| (*group, slot.clone()))
+                    .collect();
+                for (group, slot) in slots {
+                    // A slot in use is not idle.
+                    let Ok(mut slot) = slot.try_lock() else {
+                        continue;
+                    };
+                    let idle = slot
+                        .as_ref()
+                        .is_some_and(|r| r.last_piece.elapsed() > TRANSFER_IDLE_MAX);
+                    if let (true, Some(receiving)) = (idle, slot.take()) {
+                        tracing::info!(%group, "abandoning a snapshot no longer being sent");
+                        let shard = receiving.stager.shard().clone();
+                        drop(receiving);
+                        if let Err(err) = discard(&shard, group).await {
+                            tracing::warn!(%group, %err, "could not discard a staged snapshot");
+                        }
+                    }
+                }
+            }
+        });
     }
 
     /// Stores one piece of a streamed snapshot; the last one installs it.
@@ -134,6 +185,7 @@ where
                 *slot = Some(Receiving {
                     transfer: piece.transfer,
                     next_seq: 1,
+                    last_piece: tokio::time::Instant::now(),
                     stager,
                     progress: self.host.rebuilds().start(
                         group,
@@ -187,6 +239,7 @@ where
                     return Err(format!("{err}; start again"));
                 }
                 receiving.next_seq += 1;
+                receiving.last_piece = tokio::time::Instant::now();
                 receiving.progress.add(bytes);
                 encode(&()).map_err(|e| e.to_string())
             }

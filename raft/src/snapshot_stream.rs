@@ -169,6 +169,11 @@ impl Stager {
         Ok(())
     }
 
+    /// The shard it stages in.
+    pub fn shard(&self) -> &Shard {
+        &self.shard
+    }
+
     /// The staged snapshot, once every piece through `last_log` is stored.
     pub fn finish(self, last_log: u64) -> io::Result<StoredSnapshot> {
         if last_log != self.last_log || self.next_log != last_log + 1 {

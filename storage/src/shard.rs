@@ -1220,7 +1220,7 @@ impl<'t> Tables<'t> {
 fn apply_mutation(
     tables: &mut Tables<'_>,
     mutation: &Mutation,
-    placed: Option<&mut Placed<'_>>,
+    mut placed: Option<&mut Placed<'_>>,
 ) -> Result<(), StorageError> {
     match mutation {
         Mutation::PutLog {
@@ -1305,6 +1305,13 @@ fn apply_mutation(
             }
         }
         Mutation::DeleteGroup { group } => {
+            if !is_staging(*group) {
+                // With the group goes any snapshot of it being received.
+                let staged = Mutation::DeleteGroup {
+                    group: staging_group(*group),
+                };
+                apply_mutation(tables, &staged, placed.as_deref_mut())?;
+            }
             let g = group.to_u64();
             tables
                 .log()?
@@ -1789,6 +1796,32 @@ mod tests {
         assert_eq!(indexes(&recovered, 0), vec![1, 2]);
         assert!(indexes(&recovered, 1).is_empty());
         assert!(sequences(&recovered, 0).is_empty());
+    }
+
+    /// A replica deleted while a snapshot of it is being received leaves nothing behind.
+    #[tokio::test]
+    async fn deleting_a_group_deletes_what_is_staged_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = open(&dir);
+        shard
+            .write(
+                vec![put(0, 1), staged_put(0, 8), staged_put(1, 8)],
+                Durability::Immediate,
+            )
+            .await
+            .unwrap();
+        shard
+            .write(
+                vec![Mutation::DeleteGroup { group: group(0) }],
+                Durability::Immediate,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            shard.staged_groups().unwrap(),
+            vec![staging_group(group(1))]
+        );
+        assert!(indexes(&shard, 0).is_empty());
     }
 
     /// The install is one write: replayed from the log after a crash, it lands whole.
