@@ -3,7 +3,8 @@
 //! partition takes to accept writes again after its leader's node is killed; `tributary bench
 //! checkpoints` measures the checkpoint store, event processors and load balancing; `tributary
 //! bench retention` soaks a hub with retention under steady load and shows its disk use stays
-//! flat.
+//! flat; `tributary bench rebuild` wipes a replica of a large partition and measures its
+//! rebuild from a snapshot: time, throughput, memory, and sends meanwhile.
 //!
 //! The binary's `main` (in `node/`) adds a `Bench(BenchArgs)` subcommand and calls
 //! [`main`] with the CLI's endpoint and output format. (This crate depends on the client, so
@@ -18,6 +19,7 @@ pub mod jetstream;
 mod load;
 mod local_cluster;
 mod metrics;
+mod rebuild;
 mod report;
 mod retention;
 
@@ -25,6 +27,7 @@ pub use checkpoints::{CheckpointsArgs, CheckpointsReport};
 pub use failover::{FailoverArgs, FailoverReport};
 pub use idle::{IdleArgs, IdleReport};
 pub use load::KeyDistribution;
+pub use rebuild::{RebuildArgs, RebuildRecord, RebuildReport, SendWindow};
 pub use report::{BenchReport, LatencyReport};
 pub use retention::{DiskSample, Flatness, RetentionArgs, RetentionReport};
 
@@ -169,6 +172,11 @@ pub enum BenchCommand {
     /// retention period, sample each node's disk use, and check it stays flat once the
     /// first events have expired (ignores --endpoint).
     Retention(RetentionArgs),
+    /// Start a local cluster, fill a one-partition hub past a retention cut, wipe a
+    /// follower and measure its rebuild from a snapshot: time, throughput (MB/s), the
+    /// leader's and the rebuilt node's resident memory, and paced sends' latency before and
+    /// during it; the replicas must end identical (ignores --endpoint).
+    Rebuild(RebuildArgs),
 }
 
 /// Runs the benchmark `args` selects and prints its report: a table, or one JSON object if
@@ -183,6 +191,7 @@ pub async fn main(endpoint: &str, args: BenchArgs, json: bool) -> anyhow::Result
         }
         Some(BenchCommand::Idle(idle)) => idle::run(endpoint, idle, json).await.map(drop),
         Some(BenchCommand::Retention(retention)) => retention::run(retention, json).await.map(drop),
+        Some(BenchCommand::Rebuild(rebuild)) => rebuild::run(rebuild, json).await.map(drop),
         None => run(endpoint, args, json).await.map(drop),
     }
 }

@@ -29,7 +29,7 @@ use crate::coalesce::{COALESCE_WINDOW, Coalescer};
 use crate::log_store::{decode, encode};
 use crate::rebuild::{Direction, Rebuilds};
 use crate::snapshot_stream::PieceReader;
-use crate::types::{SnapshotData, SnapshotMeta, StoredSnapshot, TypeConfig};
+use crate::types::{LogId, SnapshotData, SnapshotMeta, StoredSnapshot, TypeConfig};
 
 /// Size of the pieces a snapshot travels in.
 pub const SNAPSHOT_CHUNK_BYTES: usize = 4 * 1024 * 1024;
@@ -67,7 +67,10 @@ pub(crate) struct SnapshotPiece {
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) enum PieceBody {
     /// The first piece: the state at the snapshot's point, and what the log pieces carry.
+    /// The receiver answers with the entry to go on from: the first, or, when it holds the
+    /// start of this same snapshot from an interrupted transfer, the entry after it.
     Begin {
+        point: Option<LogId>,
         state: Bytes,
         first_log: u64,
         last_log: u64,
@@ -202,7 +205,41 @@ impl PeerRouter {
         let progress = self
             .rebuilds()
             .start(group, Direction::Send, target, stored.bytes);
-        let mut seq = 0;
+        let begin = SnapshotPiece {
+            transfer,
+            seq: 0,
+            body: PieceBody::Begin {
+                point: meta.last_log_id,
+                state: stored.state.clone(),
+                first_log: stored.first_log,
+                last_log,
+                bytes: stored.bytes,
+            },
+        };
+        let resume_from: u64 = self
+            .call(
+                target,
+                group,
+                MessageKind::SnapshotPiece,
+                &begin,
+                timeout,
+                false,
+            )
+            .await?;
+        if !(stored.first_log..=last_log + 1).contains(&resume_from) {
+            return Err(unreachable(format!(
+                "{} would go on with the snapshot of {group} from entry {resume_from}, outside \
+                 {}..={last_log}",
+                crate::describe_member(target),
+                stored.first_log
+            ))
+            .into());
+        }
+        if resume_from > stored.first_log {
+            tracing::info!(%group, target = %crate::describe_member(target), resume_from,
+                "going on with an interrupted snapshot transfer");
+        }
+        let mut seq = 1;
         let mut send = async |body: PieceBody| {
             let piece = SnapshotPiece {
                 transfer,
@@ -220,14 +257,7 @@ impl PeerRouter {
             )
             .await
         };
-        send(PieceBody::Begin {
-            state: stored.state.clone(),
-            first_log: stored.first_log,
-            last_log,
-            bytes: stored.bytes,
-        })
-        .await?;
-        let mut reader = PieceReader::new(stored, last_log);
+        let mut reader = PieceReader::new(stored, last_log).starting_at(resume_from);
         while let Some(piece) = reader
             .next_piece()
             .map_err(|e| unreachable(format!("reading the snapshot of {group}: {e}")))?
@@ -368,6 +398,10 @@ impl PeerRouter {
         coalesce: bool,
     ) -> Result<Resp, Unreachable<TypeConfig>> {
         let payload = encode(request).map_err(unreachable)?;
+        // A large message gets time for its size on top: replication of large entries (up
+        // to 16 MiB a message) to a follower far behind must not time out for good on a
+        // busy node, where openraft's timeouts (about 110 ms) assume small messages.
+        let timeout = timeout + transfer_time(payload.len());
         let message = GroupMessage {
             group: group.to_u64(),
             kind: kind as i32,
@@ -416,6 +450,14 @@ impl PeerRouter {
             ))),
         }
     }
+}
+
+/// The slowest rate a peer connection is expected to carry a message at.
+const MESSAGE_BYTES_PER_SECOND_FLOOR: f64 = 8.0 * 1024.0 * 1024.0;
+
+/// How long a message of `bytes` may take to travel, at the slowest expected rate.
+fn transfer_time(bytes: usize) -> Duration {
+    Duration::from_secs_f64(bytes as f64 / MESSAGE_BYTES_PER_SECOND_FLOOR)
 }
 
 /// Whether an AppendEntries waits to share a batch: only heartbeats (no entries, sent by
@@ -506,10 +548,15 @@ impl GroupRouter<TypeConfig, GroupId> for PeerRouter {
                 let timeout = option.hard_ttl().max(SNAPSHOT_PIECE_TIMEOUT_MIN);
                 let send = self.send_stored(target, group, vote, snapshot.meta, stored, timeout);
                 // A leader that steps down stops sending at once.
-                return tokio::select! {
+                let sent = tokio::select! {
                     sent = send => sent,
                     closed = cancel => Err(closed.into()),
                 };
+                if let Err(err) = &sent {
+                    tracing::warn!(%group, target = %crate::describe_member(target), %err,
+                        "a snapshot transfer stopped; it is sent again, going on where it stopped");
+                }
+                return sent;
             }
             SnapshotData::Whole(data) => Bytes::from(data.into_inner()),
         };
@@ -598,7 +645,16 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
 
 #[cfg(test)]
 mod tests {
-    use super::shares_batches;
+    use super::{shares_batches, transfer_time};
+    use std::time::Duration;
+
+    /// A message gets time for its size: 16 MiB of entries two seconds more than an empty
+    /// heartbeat, which gets (practically) none.
+    #[test]
+    fn large_messages_get_time_for_their_size() {
+        assert_eq!(transfer_time(16 * 1024 * 1024), Duration::from_secs(2));
+        assert!(transfer_time(200) < Duration::from_micros(50));
+    }
 
     #[test]
     fn only_the_heartbeat_clients_empty_appends_wait_for_a_batch() {

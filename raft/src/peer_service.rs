@@ -82,6 +82,8 @@ const TRANSFER_IDLE_MAX: Duration = Duration::from_secs(60);
 /// installs it.
 struct Receiving {
     transfer: u64,
+    /// The snapshot's point.
+    point: Option<crate::LogId>,
     /// The piece expected next.
     next_seq: u64,
     stager: Stager,
@@ -163,11 +165,23 @@ where
         let mut slot = slot.lock().await;
         let receiving = match piece.body {
             PieceBody::Begin {
+                point,
                 state,
                 first_log,
                 last_log,
                 bytes,
             } => {
+                // The same snapshot as the transfer under way (which its sender gave up,
+                // say after a timeout): go on where it stopped.
+                if let Some(r) = slot.as_mut()
+                    && r.point == point
+                    && r.stager.continues(first_log, last_log, &state)
+                {
+                    r.transfer = piece.transfer;
+                    r.next_seq = 1;
+                    r.last_piece = tokio::time::Instant::now();
+                    return encode(&r.stager.next_log()).map_err(|e| e.to_string());
+                }
                 if piece.seq != 0 {
                     return Err(format!(
                         "a snapshot of {group} cannot begin with piece {}",
@@ -184,6 +198,7 @@ where
                     .map_err(|e| e.to_string())?;
                 *slot = Some(Receiving {
                     transfer: piece.transfer,
+                    point,
                     next_seq: 1,
                     last_piece: tokio::time::Instant::now(),
                     stager,
@@ -194,7 +209,7 @@ where
                         bytes,
                     ),
                 });
-                return encode(&()).map_err(|e| e.to_string());
+                return encode(&first_log).map_err(|e| e.to_string());
             }
             _ => match slot.as_mut() {
                 Some(r) if r.transfer == piece.transfer && r.next_seq == piece.seq => r,

@@ -43,6 +43,12 @@ impl PieceReader {
         }
     }
 
+    /// The same reader, going on from entry `next` (the receiver holds the ones before).
+    pub fn starting_at(mut self, next: u64) -> Self {
+        self.next = next;
+        self
+    }
+
     /// The next piece, `None` after the last. An error when the entries it needs are gone:
     /// retention removed the start of the log after the snapshot was taken, so this one can
     /// no longer be sent whole (the next one starts later).
@@ -167,6 +173,17 @@ impl Stager {
         self.shard.write(mutations, Durability::Lazy).await?;
         self.next_log = last + 1;
         Ok(())
+    }
+
+    /// Whether this is staging the snapshot that starts at `first_log`, ends at `last_log`
+    /// and carries `state`: a new transfer of it goes on from [`Stager::next_log`].
+    pub fn continues(&self, first_log: u64, last_log: u64, state: &Bytes) -> bool {
+        (self.first_log, self.last_log) == (first_log, last_log) && self.state == state
+    }
+
+    /// The entry expected next.
+    pub fn next_log(&self) -> u64 {
+        self.next_log
     }
 
     /// The shard it stages in.
@@ -350,6 +367,13 @@ mod tests {
             .unwrap();
         let err = reader.next_piece().unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        // A reader going on from a later entry (what a receiver holds) reads from there.
+        let snapshot = stored(&shard, 1, 20 * size as u64);
+        let mut resumed = PieceReader::new(snapshot, 20).starting_at(sent + 3);
+        let piece = resumed.next_piece().unwrap().unwrap();
+        assert_eq!(piece.entries[0].0, sent + 3);
+        assert!(piece.index.iter().all(|row| row.log_index >= sent + 3));
+        assert_eq!(piece.index[0], row(sent + 3));
         assert!(err.to_string().contains("removed (retention)"), "{err}");
     }
 
@@ -379,6 +403,11 @@ mod tests {
             assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
         }
         stager.piece(piece(8..=11, vec![row(9)])).await.unwrap();
+        // A new transfer of the same snapshot goes on from here; another one does not.
+        assert!(stager.continues(5, 12, &Bytes::new()));
+        assert!(!stager.continues(5, 13, &Bytes::new()));
+        assert!(!stager.continues(5, 12, &Bytes::from_static(b"other state")));
+        assert_eq!(stager.next_log(), 12);
         let err = stager.finish(12).unwrap_err();
         assert!(err.to_string().contains("entry 12 next"), "{err}");
         assert!(

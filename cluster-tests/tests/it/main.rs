@@ -5,6 +5,7 @@ mod advertise;
 mod auth;
 mod bench;
 mod bench_failover;
+mod bench_rebuild;
 mod capture;
 mod cert;
 mod chart;
