@@ -235,6 +235,9 @@ impl PeerRouter {
             ))
             .into());
         }
+        tracing::info!(%group, target = %crate::describe_member(target), transfer,
+            point = ?meta.last_log_id, bytes = stored.bytes, first_log = stored.first_log,
+            resume_from, "sending a snapshot");
         if resume_from > stored.first_log {
             tracing::info!(%group, target = %crate::describe_member(target), resume_from,
                 "going on with an interrupted snapshot transfer");

@@ -188,6 +188,11 @@ where
                         piece.seq
                     ));
                 }
+                if let Some(r) = slot.as_ref() {
+                    tracing::info!(%group, from_node, point = ?point, replaced = ?r.point,
+                        received_through = r.stager.next_log().saturating_sub(1),
+                        "a snapshot transfer of another point replaces the one under way");
+                }
                 let shard = self
                     .host
                     .shard_of(group)

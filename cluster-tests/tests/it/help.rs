@@ -30,6 +30,7 @@ const COMMANDS: &[(&[&str], &[&str])] = &[
             "--peer-key",
             "--cluster-key-file",
             "--peer-insecure",
+            "--rebuild-bytes-per-second",
         ],
     ),
     (
@@ -82,6 +83,19 @@ const COMMANDS: &[(&[&str], &[&str])] = &[
             "--producers",
             "--sample-interval",
             "--dir",
+        ],
+    ),
+    (
+        &["bench", "rebuild"],
+        &[
+            "--gigabytes",
+            "--event-bytes",
+            "--kill-mid-install",
+            "--rebuild-bytes-per-second",
+            "--baseline",
+            "--raft-log-keep-entries",
+            "--data-dir",
+            "--keep-data",
         ],
     ),
     (&["cert", "ca"], &["--out", "--name", "--days", "--force"]),
