@@ -118,29 +118,7 @@ where
                 let Some(streamed) = streamed.upgrade() else {
                     return;
                 };
-                let slots: Vec<(GroupId, Slot)> = streamed
-                    .lock()
-                    .expect("streamed lock")
-                    .iter()
-                    .map(|(group, slot)| (*group, slot.clone()))
-                    .collect();
-                for (group, slot) in slots {
-                    // A slot in use is not idle.
-                    let Ok(mut slot) = slot.try_lock() else {
-                        continue;
-                    };
-                    let idle = slot
-                        .as_ref()
-                        .is_some_and(|r| r.last_piece.elapsed() > TRANSFER_IDLE_MAX);
-                    if let (true, Some(receiving)) = (idle, slot.take()) {
-                        tracing::info!(%group, "abandoning a snapshot no longer being sent");
-                        let shard = receiving.stager.shard().clone();
-                        drop(receiving);
-                        if let Err(err) = discard(&shard, group).await {
-                            tracing::warn!(%group, %err, "could not discard a staged snapshot");
-                        }
-                    }
-                }
+                abandon_idle(&streamed).await;
             }
         });
     }
@@ -394,6 +372,36 @@ where
     }
 }
 
+/// Abandons every transfer that has sent no piece for longer than [`TRANSFER_IDLE_MAX`]:
+/// what it staged is discarded. One storing a piece now (its slot locked) is not idle.
+async fn abandon_idle(streamed: &Mutex<HashMap<GroupId, Slot>>) {
+    let slots: Vec<(GroupId, Slot)> = streamed
+        .lock()
+        .expect("streamed lock")
+        .iter()
+        .map(|(group, slot)| (*group, slot.clone()))
+        .collect();
+    for (group, slot) in slots {
+        let Ok(mut slot) = slot.try_lock() else {
+            continue;
+        };
+        let idle = slot
+            .as_ref()
+            .is_some_and(|r| r.last_piece.elapsed() > TRANSFER_IDLE_MAX);
+        if !idle {
+            continue;
+        }
+        if let Some(receiving) = slot.take() {
+            tracing::info!(%group, "abandoning a snapshot no longer being sent");
+            let shard = receiving.stager.shard().clone();
+            drop(receiving);
+            if let Err(err) = discard(&shard, group).await {
+                tracing::warn!(%group, %err, "could not discard a staged snapshot");
+            }
+        }
+    }
+}
+
 async fn dispatch<SM>(raft: &Raft<SM>, message: GroupMessage) -> Result<Bytes, String>
 where
     SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
@@ -453,5 +461,79 @@ where
         let messages = request.into_inner().messages;
         let replies = futures::future::join_all(messages.into_iter().map(|m| self.handle(m))).await;
         Ok(Response::new(GroupBatchReply { replies }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tributary_storage::{Durability, Mutation, ShardConfig, staging_group};
+    use tributary_types::{HubId, PartitionId};
+
+    use super::*;
+    use crate::rebuild::Rebuilds;
+
+    fn group(p: u16) -> GroupId {
+        GroupId::new(HubId(4), PartitionId(p), 0)
+    }
+
+    /// A transfer that keeps sending pieces is never abandoned, however long it takes; one
+    /// whose sender went silent is, after [`TRANSFER_IDLE_MAX`], with what it staged.
+    #[tokio::test(start_paused = true)]
+    async fn only_transfers_gone_silent_are_abandoned() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard =
+            tributary_storage::Shard::open(&dir.path().join("s.redb"), ShardConfig::default())
+                .unwrap();
+        let rebuilds = Rebuilds::new(0);
+        let streamed: Mutex<HashMap<GroupId, Slot>> = Mutex::new(HashMap::new());
+        for p in [0, 1] {
+            let stager = Stager::begin(shard.clone(), group(p), Bytes::new(), 1, 10, 100)
+                .await
+                .unwrap();
+            let receiving = Receiving {
+                transfer: u64::from(p),
+                point: None,
+                next_seq: 1,
+                stager,
+                progress: rebuilds.start(group(p), Direction::Receive, 2, 100),
+                last_piece: tokio::time::Instant::now(),
+            };
+            streamed
+                .lock()
+                .unwrap()
+                .insert(group(p), Arc::new(tokio::sync::Mutex::new(Some(receiving))));
+        }
+        shard
+            .write(
+                vec![Mutation::PutLog {
+                    group: staging_group(group(1)),
+                    index: 1,
+                    entry: Bytes::from_static(b"staged"),
+                }],
+                Durability::Immediate,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            shard.staged_groups().unwrap(),
+            vec![staging_group(group(1))]
+        );
+        let slot = |p| streamed.lock().unwrap()[&group(p)].clone();
+        // Group 0's sender sends a piece every 10 s; group 1's has gone silent.
+        for _ in 0..6 {
+            tokio::time::advance(Duration::from_secs(10)).await;
+            slot(0).lock().await.as_mut().unwrap().last_piece = tokio::time::Instant::now();
+            abandon_idle(&streamed).await;
+            assert!(
+                slot(0).lock().await.is_some(),
+                "a transfer under way was abandoned"
+            );
+        }
+        tokio::time::advance(Duration::from_secs(1)).await;
+        abandon_idle(&streamed).await;
+        assert!(slot(1).lock().await.is_none());
+        assert!(slot(0).lock().await.is_some());
+        assert!(shard.staged_groups().unwrap().is_empty());
+        assert_eq!(rebuilds.running().len(), 1);
     }
 }
