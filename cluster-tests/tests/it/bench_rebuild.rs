@@ -101,6 +101,17 @@ async fn a_wiped_replica_of_a_gigabyte_is_rebuilt_in_bounded_memory_also_through
     for throughput in cells("rebuild throughput") {
         assert!(throughput.ends_with(" MB/s"), "{described}");
     }
+    // The undisturbed rebuild sends the partition once, not transfer after transfer (a
+    // few entries more may arrive meanwhile); the killed one at most once more.
+    let partition_mb = leading_number(&row("partition bytes")) / 1e6;
+    let sent = cells("rebuild bytes sent");
+    for (cell, most) in sent.iter().zip([1.1, 2.1]) {
+        let mb = leading_number(cell);
+        assert!(
+            mb >= partition_mb * 0.99 && mb <= partition_mb * most,
+            "{mb} MB sent to rebuild a partition of {partition_mb} MB: {described}"
+        );
+    }
 
     // Sends kept being acknowledged during each rebuild, with their latency reported.
     for key in ["sends before", "sends during"] {
