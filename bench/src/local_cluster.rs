@@ -280,6 +280,56 @@ impl LocalCluster {
     }
 }
 
+/// Creates a run's directory under `base` (the system's temporary directory without one),
+/// named `tributary-bench-<name>-…`, and says where it is.
+pub(crate) fn new_run_dir(base: Option<&Path>, name: &str) -> anyhow::Result<tempfile::TempDir> {
+    let base = base.map_or_else(std::env::temp_dir, Path::to_path_buf);
+    std::fs::create_dir_all(&base)
+        .with_context(|| format!("cannot create the data directory {}", base.display()))?;
+    let run_dir = tempfile::Builder::new()
+        .prefix(&format!("tributary-bench-{name}-"))
+        .tempdir_in(&base)
+        .with_context(|| format!("cannot create a directory in {}", base.display()))?;
+    eprintln!(
+        "nodes' data directories and logs: {}",
+        run_dir.path().display()
+    );
+    Ok(run_dir)
+}
+
+/// Ends a run: keeps its directory (if `keep`) or removes it, and prints its report on
+/// stdout (`render(report, json)`); a failed run's error says where the node logs are.
+pub(crate) fn finish_run<R>(
+    outcome: anyhow::Result<R>,
+    run_dir: tempfile::TempDir,
+    keep: bool,
+    name: &str,
+    json: bool,
+    render: impl Fn(&R, bool) -> String,
+) -> anyhow::Result<R> {
+    let run_dir = keep_or_remove(run_dir, keep);
+    let report = outcome.with_context(|| match &run_dir {
+        Some(dir) => format!(
+            "the {name} bench failed; node logs are in {}",
+            dir.display()
+        ),
+        None => format!("the {name} bench failed"),
+    })?;
+    let text = render(&report, json);
+    if json {
+        println!("{text}");
+    } else {
+        print!("{text}");
+    }
+    if let Some(dir) = run_dir {
+        eprintln!(
+            "kept the nodes' data directories and logs in {}",
+            dir.display()
+        );
+    }
+    Ok(report)
+}
+
 /// Keeps the run's directory (returning its path) or removes it.
 pub(crate) fn keep_or_remove(dir: tempfile::TempDir, keep: bool) -> Option<PathBuf> {
     if keep {

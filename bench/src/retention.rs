@@ -19,7 +19,7 @@ use anyhow::{Context as _, anyhow, bail};
 use tokio::time::Instant;
 use tributary_client::{Client, ErrorReason, HubOptions};
 
-use crate::local_cluster::{LocalCluster, interrupted, keep_or_remove};
+use crate::local_cluster::{LocalCluster, interrupted, keep_or_remove, new_run_dir};
 use crate::metrics;
 use load::{LoadCounts, LoadPlan, SteadyLoad};
 
@@ -184,17 +184,7 @@ pub async fn run(args: RetentionArgs, json: bool) -> anyhow::Result<RetentionRep
     let plan = args.plan()?;
     let executable = std::env::current_exe()
         .context("cannot find this executable to start the soak's nodes from")?;
-    let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
-    std::fs::create_dir_all(&base)
-        .with_context(|| format!("cannot create the directory {}", base.display()))?;
-    let run_dir = tempfile::Builder::new()
-        .prefix("tributary-bench-retention-")
-        .tempdir_in(&base)
-        .with_context(|| format!("cannot create a directory in {}", base.display()))?;
-    eprintln!(
-        "nodes' data directories and logs: {}",
-        run_dir.path().display()
-    );
+    let run_dir = new_run_dir(args.dir.as_deref(), "retention")?;
 
     let mut cluster = None;
     let mut soak = Soak::default();

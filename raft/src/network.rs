@@ -28,11 +28,9 @@ use tributary_types::GroupId;
 use crate::coalesce::{COALESCE_WINDOW, Coalescer};
 use crate::log_store::{decode, encode};
 use crate::rebuild::{Direction, Rebuilds};
-use crate::snapshot_stream::PieceReader;
+use crate::snapshot_stream::{PieceReader, SNAPSHOT_PIECE_BYTES};
 use crate::types::{LogId, SnapshotData, SnapshotMeta, StoredSnapshot, TypeConfig};
-
-/// Size of the pieces a snapshot travels in.
-pub const SNAPSHOT_CHUNK_BYTES: usize = 4 * 1024 * 1024;
+use tributary_storage::LogPiece;
 
 /// One piece of a snapshot on the wire.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -49,10 +47,6 @@ pub(crate) struct SnapshotChunk {
 /// timeout (200 ms) is meant for small messages, and a receiver waits for its share of
 /// its node's rebuild budget before it stores a piece.
 const SNAPSHOT_PIECE_TIMEOUT_MIN: Duration = Duration::from_secs(10);
-
-/// An index row on the wire: (first sequence, log index, first offset, enqueued ms, event
-/// count).
-pub(crate) type IndexRowWire = (i64, u64, i64, i64, u32);
 
 /// One piece of a snapshot streamed from storage ([`SnapshotData::Stored`]).
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -77,10 +71,7 @@ pub(crate) enum PieceBody {
         bytes: u64,
     },
     /// Consecutive log entries (stored bytes) and the index rows of those holding events.
-    Log {
-        entries: Vec<(u64, Bytes)>,
-        index: Vec<IndexRowWire>,
-    },
+    Log(LogPiece),
     /// The last piece: the leader's vote and the snapshot's metadata; installs it.
     End {
         vote: VoteOf<TypeConfig>,
@@ -92,7 +83,7 @@ pub(crate) enum PieceBody {
 const BATCH_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Largest peer message: an AppendEntries of many large entries (snapshots travel in
-/// pieces of [`SNAPSHOT_CHUNK_BYTES`]).
+/// pieces of [`SNAPSHOT_PIECE_BYTES`]).
 pub const PEER_MESSAGE_BYTES_MAX: usize = 512 * 1024 * 1024;
 
 /// HTTP/2 flow-control windows of peer connections, both ways. Every group's replication
@@ -189,7 +180,7 @@ impl PeerRouter {
     }
 
     /// Streams a snapshot whose log is in storage: its state, then its entries in pieces
-    /// of about [`crate::SNAPSHOT_PIECE_BYTES`] read one at a time, within the node's rebuild
+    /// of about [`SNAPSHOT_PIECE_BYTES`] read one at a time, within the node's rebuild
     /// budget, then its metadata, which makes the receiver install it.
     async fn send_stored(
         &self,
@@ -205,26 +196,21 @@ impl PeerRouter {
         let progress = self
             .rebuilds()
             .start(group, Direction::Send, target, stored.bytes);
-        let begin = SnapshotPiece {
+        let piece = |seq, body| SnapshotPiece {
             transfer,
-            seq: 0,
-            body: PieceBody::Begin {
-                point: meta.last_log_id,
-                state: stored.state.clone(),
-                first_log: stored.first_log,
-                last_log,
-                bytes: stored.bytes,
-            },
+            seq,
+            body,
+        };
+        let kind = MessageKind::SnapshotPiece;
+        let begin = PieceBody::Begin {
+            point: meta.last_log_id,
+            state: stored.state.clone(),
+            first_log: stored.first_log,
+            last_log,
+            bytes: stored.bytes,
         };
         let resume_from: u64 = self
-            .call(
-                target,
-                group,
-                MessageKind::SnapshotPiece,
-                &begin,
-                timeout,
-                false,
-            )
+            .call(target, group, kind, &piece(0, begin), timeout, false)
             .await?;
         if !(stored.first_log..=last_log + 1).contains(&resume_from) {
             return Err(unreachable(format!(
@@ -238,69 +224,22 @@ impl PeerRouter {
         tracing::info!(%group, target = %crate::describe_member(target), transfer,
             point = ?meta.last_log_id, bytes = stored.bytes, first_log = stored.first_log,
             resume_from, "sending a snapshot");
-        if resume_from > stored.first_log {
-            tracing::info!(%group, target = %crate::describe_member(target), resume_from,
-                "going on with an interrupted snapshot transfer");
-        }
         let mut seq = 1;
-        let mut send = async |body: PieceBody| {
-            let piece = SnapshotPiece {
-                transfer,
-                seq,
-                body,
-            };
-            seq += 1;
-            self.call::<_, ()>(
-                target,
-                group,
-                MessageKind::SnapshotPiece,
-                &piece,
-                timeout,
-                false,
-            )
-            .await
-        };
         let mut reader = PieceReader::new(stored, last_log).starting_at(resume_from);
-        while let Some(piece) = reader
+        while let Some(log) = reader
             .next_piece()
             .map_err(|e| unreachable(format!("reading the snapshot of {group}: {e}")))?
         {
-            let bytes = piece.entry_bytes() as u64;
+            let bytes = log.entry_bytes() as u64;
             self.rebuilds().take(bytes).await;
-            send(PieceBody::Log {
-                entries: piece.entries,
-                index: piece
-                    .index
-                    .iter()
-                    .map(|r| {
-                        (
-                            r.first_sequence,
-                            r.log_index,
-                            r.first_offset,
-                            r.enqueued_time_ms,
-                            r.event_count,
-                        )
-                    })
-                    .collect(),
-            })
-            .await?;
+            let log = piece(seq, PieceBody::Log(log));
+            self.call::<_, ()>(target, group, kind, &log, timeout, false)
+                .await?;
+            seq += 1;
             progress.add(bytes);
         }
-        let piece = SnapshotPiece {
-            transfer,
-            seq,
-            body: PieceBody::End { vote, meta },
-        };
-        Ok(self
-            .call(
-                target,
-                group,
-                MessageKind::SnapshotPiece,
-                &piece,
-                timeout,
-                false,
-            )
-            .await?)
+        let end = piece(seq, PieceBody::End { vote, meta });
+        Ok(self.call(target, group, kind, &end, timeout, false).await?)
     }
 
     /// The same router, for openraft's heartbeat worker: its messages share batches.
@@ -557,7 +496,8 @@ impl GroupRouter<TypeConfig, GroupId> for PeerRouter {
                 };
                 if let Err(err) = &sent {
                     tracing::warn!(%group, target = %crate::describe_member(target), %err,
-                        "a snapshot transfer stopped; it is sent again, going on where it stopped");
+                        "a snapshot transfer stopped; openraft sends one again (the same snapshot goes on \
+                         where it stopped)");
                 }
                 return sent;
             }
@@ -568,7 +508,7 @@ impl GroupRouter<TypeConfig, GroupId> for PeerRouter {
         let transfer = rand::random::<u64>();
         let mut offset = 0usize;
         loop {
-            let end = (offset + SNAPSHOT_CHUNK_BYTES).min(data.len());
+            let end = (offset + SNAPSHOT_PIECE_BYTES).min(data.len());
             let last = end == data.len();
             let chunk = SnapshotChunk {
                 transfer,

@@ -16,8 +16,6 @@ use tributary_proto::peer::{
 };
 use tributary_types::GroupId;
 
-use tributary_storage::{IndexRow, LogPiece};
-
 use crate::host::GroupHost;
 use crate::log_store::{decode, encode};
 use crate::network::{PEER_MESSAGE_BYTES_MAX, PieceBody, SnapshotChunk, SnapshotPiece};
@@ -216,20 +214,7 @@ where
         };
         match piece.body {
             PieceBody::Begin { .. } => unreachable!("handled above"),
-            PieceBody::Log { entries, index } => {
-                let piece = LogPiece {
-                    entries,
-                    index: index
-                        .into_iter()
-                        .map(|row| IndexRow {
-                            first_sequence: row.0,
-                            log_index: row.1,
-                            first_offset: row.2,
-                            enqueued_time_ms: row.3,
-                            event_count: row.4,
-                        })
-                        .collect(),
-                };
+            PieceBody::Log(piece) => {
                 let bytes = piece.entry_bytes() as u64;
                 self.host.rebuilds().take(bytes).await;
                 if let Err(err) = receiving.stager.piece(piece).await {

@@ -34,8 +34,8 @@ pub enum MetaKey {
 }
 
 /// One row of a partition's sparse index: one row per Raft entry (a batch of events), never
-/// one per event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// one per event. On the wire (snapshot pieces) its fields go in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct IndexRow {
     pub first_sequence: i64,
     pub log_index: u64,

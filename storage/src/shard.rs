@@ -82,7 +82,7 @@ pub fn is_staging(group: GroupId) -> bool {
 /// Consecutive log entries of a group and the index rows of those among them that hold
 /// events, read in one transaction (so retention cannot have removed one but not the
 /// other): a piece of a snapshot being sent.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LogPiece {
     pub entries: Vec<(u64, Bytes)>,
     pub index: Vec<IndexRow>,

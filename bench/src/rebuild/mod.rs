@@ -22,7 +22,7 @@ use anyhow::{Context as _, anyhow, bail};
 use tokio::time::Instant;
 use tributary_client::{Client, ErrorReason, HubOptions};
 
-use crate::local_cluster::{LocalCluster, interrupted, keep_or_remove};
+use crate::local_cluster::{LocalCluster, finish_run, interrupted, new_run_dir};
 use fill::FillPlan;
 use measure::Bench;
 use memory::MemorySampler;
@@ -159,17 +159,7 @@ pub async fn run(args: RebuildArgs, json: bool) -> anyhow::Result<RebuildReport>
     let plan = args.plan();
     let executable = std::env::current_exe()
         .context("cannot find this executable to start the bench's nodes from")?;
-    let base = args.data_dir.clone().unwrap_or_else(std::env::temp_dir);
-    std::fs::create_dir_all(&base)
-        .with_context(|| format!("cannot create the data directory {}", base.display()))?;
-    let run_dir = tempfile::Builder::new()
-        .prefix("tributary-bench-rebuild-")
-        .tempdir_in(&base)
-        .with_context(|| format!("cannot create a directory in {}", base.display()))?;
-    eprintln!(
-        "nodes' data directories and logs: {}",
-        run_dir.path().display()
-    );
+    let run_dir = new_run_dir(args.data_dir.as_deref(), "rebuild")?;
 
     let mut cluster = None;
     let outcome = tokio::select! {
@@ -181,25 +171,13 @@ pub async fn run(args: RebuildArgs, json: bool) -> anyhow::Result<RebuildReport>
     }
 
     let keep = args.keep_data || outcome.as_ref().map_or(true, |r| !r.replicas_identical);
-    let run_dir = keep_or_remove(run_dir, keep);
-    let report = outcome.with_context(|| match &run_dir {
-        Some(dir) => format!(
-            "the rebuild bench failed; node logs are in {}",
-            dir.display()
-        ),
-        None => "the rebuild bench failed".to_owned(),
+    let report = finish_run(outcome, run_dir, keep, "rebuild", json, |report, json| {
+        if json {
+            report.to_json()
+        } else {
+            report.to_table()
+        }
     })?;
-    if json {
-        println!("{}", report.to_json());
-    } else {
-        print!("{}", report.to_table());
-    }
-    if let Some(dir) = run_dir {
-        eprintln!(
-            "kept the nodes' data directories and logs in {}",
-            dir.display()
-        );
-    }
     if !report.replicas_identical {
         bail!("the replicas did not end identical after a rebuild (see the table)");
     }

@@ -567,23 +567,21 @@ impl PartitionStateMachine {
         let last_index = meta.last_log_id.map_or(0, |id| id.index);
         let state = decode_applied(&stored.state)?;
         let here = stored.shard.is_same(&self.shard);
-        let staged = if here && stored.rows_of == self.group {
+        if here && stored.rows_of == self.group {
             // This replica's own snapshot: its log is already in place.
-            None
-        } else if here && stored.rows_of == staging_group(self.group) {
-            Some(stored)
-        } else {
-            // Elsewhere (another shard): copied piece by piece, as a peer would send it.
-            let copy =
-                snapshot_stream::stage_copy(&stored, last_index, self.shard.clone(), self.group);
-            Some(copy.await?)
-        };
-        let install = staged.map(|_| Mutation::InstallStaged {
+            return self.finish_install(meta, state, Vec::new()).await;
+        }
+        if !here || stored.rows_of != staging_group(self.group) {
+            // Another state machine's (openraft lets any be installed; its conformance
+            // suite does): staged here first, piece by piece, as a peer would send it.
+            snapshot_stream::stage_copy(&stored, last_index, self.shard.clone(), self.group)
+                .await?;
+        }
+        let install = Mutation::InstallStaged {
             group: self.group,
             through: last_index,
-        });
-        self.finish_install(meta, state, install.into_iter().collect())
-            .await
+        };
+        self.finish_install(meta, state, vec![install]).await
     }
 
     /// Installs a snapshot received whole (from a sender of an earlier version).
