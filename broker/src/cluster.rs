@@ -25,8 +25,11 @@ use tributary_types::{GroupId, HubId};
 use crate::error::{Error, ErrorKind};
 use crate::group::GroupStateMachine;
 use tributary_controller::rules::{RuleCommand, random_key};
-use tributary_controller::state::{ClusterState, Command, NodeRecord, Reply};
-use tributary_controller::state_machine::{ControllerStateMachine, decode_result, encode_command};
+use tributary_controller::state::{ClusterFeature, ClusterState, Command, NodeRecord, Reply};
+use tributary_controller::state_machine::{
+    ControllerStateMachine, decode_result, encode_command, encode_result,
+};
+use tributary_types::format;
 
 /// Forwarding hops a controller command may take while leadership settles.
 const PROPOSE_HOPS_MAX: u32 = 3;
@@ -76,11 +79,59 @@ pub struct ClusterRuntime {
     stopping: watch::Sender<bool>,
 }
 
+/// How a node presents `node` to another: this node's own record carries its release and
+/// feature level; other nodes' are passed on without them.
 fn to_info(node: &NodeRecord) -> NodeInfo {
     NodeInfo {
         id: node.id,
         client_addr: node.client_addr.clone(),
         peer_addr: node.peer_addr.clone(),
+        release: String::new(),
+        feature_level: 0,
+    }
+}
+
+/// This node as it introduces itself: with its release and the feature level it supports.
+fn my_info(node: &NodeRecord) -> NodeInfo {
+    NodeInfo {
+        release: format::running_release(),
+        feature_level: format::supported_level(),
+        ..to_info(node)
+    }
+}
+
+/// Why a node that supports feature levels up to `supported` (0: release 0.1.0, which
+/// does not say) cannot run in a cluster at `cluster`, if it cannot.
+pub fn level_refusal(
+    node: u64,
+    release: &str,
+    supported: u32,
+    cluster: &ClusterFeature,
+) -> Option<String> {
+    let supported = supported.max(1);
+    (cluster.level > supported).then(|| {
+        let release = if release.is_empty() {
+            format::release_for_level(1)
+        } else {
+            release.to_string()
+        };
+        format!(
+            "node {node} runs release {release}, which supports cluster feature levels up to {supported}, but this cluster runs feature level {} and needs release {} or later: start node {node} with release {} or later",
+            cluster.level, cluster.release, cluster.release
+        )
+    })
+}
+
+/// The feature level a cluster view or hello reply carries (0: a release 0.1.0 node's,
+/// which runs level 1).
+fn feature_from(level: u32, release: &str) -> ClusterFeature {
+    if level <= 1 {
+        ClusterFeature::default()
+    } else {
+        ClusterFeature {
+            level,
+            release: release.to_string(),
+        }
     }
 }
 
@@ -326,6 +377,7 @@ impl ClusterRuntime {
     /// Takes a state from the local controller replica or a remote watch; older states
     /// than the one held are ignored, so the view never goes back.
     fn publish(&self, state: Arc<ClusterState>) {
+        format::follow_cluster_level(state.feature.level);
         {
             let mut known = self.known.write().expect("known lock");
             for node in state.nodes.values() {
@@ -476,11 +528,22 @@ impl ClusterRuntime {
         let reply = client
             .hello(HelloRequest {
                 cluster_id: self.cluster_id().unwrap_or_default(),
-                node: Some(to_info(&self.me)),
+                node: Some(my_info(&self.me)),
             })
             .await
             .map_err(|s| Error::from_status(&s))?
             .into_inner();
+        // A node of a later release refuses this one (it says so itself); one of this
+        // release may only say what level the cluster runs.
+        let feature = feature_from(reply.feature_level, &reply.feature_release);
+        if let Some(refusal) = level_refusal(
+            self.me.id,
+            &format::running_release(),
+            format::supported_level(),
+            &feature,
+        ) {
+            return Err(Error::invalid(refusal));
+        }
         if let Some(node) = &reply.node {
             self.learn(from_info(node));
         }
@@ -743,8 +806,9 @@ impl ClusterRuntime {
             if view.state.is_empty() {
                 continue;
             }
-            let state: ClusterState =
-                postcard::from_bytes(&view.state).map_err(|e| Error::internal(e.to_string()))?;
+            let mut state: ClusterState =
+                format::decode(&view.state).map_err(|e| Error::internal(e.to_string()))?;
+            state.feature = feature_from(view.feature_level, &view.feature_release);
             self.publish(Arc::new(state));
         }
     }
@@ -798,7 +862,14 @@ impl Cluster for ClusterService {
             ))
             .into());
         }
+        let state = rt.state();
         if let Some(node) = &req.node {
+            if let Some(refusal) =
+                level_refusal(node.id, &node.release, node.feature_level, &state.feature)
+            {
+                tracing::warn!(node = node.id, "{refusal}");
+                return Err(Error::invalid(refusal).into());
+            }
             if node.id == rt.me.id && node.peer_addr != rt.me.peer_addr {
                 return Err(Error::invalid(format!(
                     "node id {} is already used by the node at {}; give every node its own --node-id",
@@ -817,9 +888,11 @@ impl Cluster for ClusterService {
             .collect();
         Ok(Response::new(HelloReply {
             cluster_id: ours.unwrap_or_default(),
-            node: Some(to_info(&rt.me)),
+            node: Some(my_info(&rt.me)),
             known,
-            controller_voters: rt.state().controller_voters.clone(),
+            controller_voters: state.controller_voters.clone(),
+            feature_level: state.feature.level,
+            feature_release: state.feature.release.clone(),
         }))
     }
 
@@ -830,19 +903,9 @@ impl Cluster for ClusterService {
         let req = request.into_inner();
         let result = match self.runtime.propose_encoded(req.command, req.hops).await {
             Err(Proposing::NotRun(err)) => propose_reply::Result::NotRun(err.message),
-            Ok(reply) => propose_reply::Result::Reply(
-                postcard::to_allocvec(&Ok::<Reply, tributary_controller::state::CommandError>(
-                    reply,
-                ))
-                .expect("replies encode")
-                .into(),
-            ),
+            Ok(reply) => propose_reply::Result::Reply(encode_result(&Ok(reply))),
             Err(Proposing::Failed(err)) => match err.as_command_error() {
-                Some(refusal) => propose_reply::Result::Reply(
-                    postcard::to_allocvec(&Err::<Reply, _>(refusal))
-                        .expect("errors encode")
-                        .into(),
-                ),
+                Some(refusal) => propose_reply::Result::Reply(encode_result(&Err(refusal))),
                 None => propose_reply::Result::Unavailable(err.message),
             },
         };
@@ -870,10 +933,12 @@ impl Cluster for ClusterService {
         tokio::spawn(async move {
             loop {
                 let state = view.borrow_and_update().clone();
-                let bytes = postcard::to_allocvec(&*state).expect("state encodes");
+                let bytes = format::encode(&*state).expect("state encodes");
                 if tx
                     .send(Ok(ClusterView {
                         state: bytes.into(),
+                        feature_level: state.feature.level,
+                        feature_release: state.feature.release.clone(),
                     }))
                     .await
                     .is_err()
@@ -892,7 +957,7 @@ impl Cluster for ClusterService {
                         }
                         _ = tx.closed() => return,
                         _ = tokio::time::sleep(WATCH_HEARTBEAT) => {
-                            let heartbeat = ClusterView { state: Default::default() };
+                            let heartbeat = ClusterView::default();
                             if tx.send(Ok(heartbeat)).await.is_err() {
                                 return;
                             }

@@ -35,6 +35,9 @@ pub struct Reports {
     pub by_node: HashMap<u64, HashMap<u64, GroupStatus>>,
     /// Nodes that may receive replicas (see `Broker::is_ready`).
     pub ready: BTreeSet<u64>,
+    /// The highest feature level each node supports (release 0.1.0 nodes do not say:
+    /// level 1).
+    pub feature_levels: HashMap<u64, u32>,
 }
 
 impl Reports {
@@ -59,6 +62,9 @@ impl Reports {
             if reply.ready {
                 reports.ready.insert(reply.node);
             }
+            reports
+                .feature_levels
+                .insert(reply.node, reply.feature_level.max(1));
             reports.by_node.insert(
                 reply.node,
                 reply.groups.into_iter().map(|g| (g.group, g)).collect(),
@@ -310,6 +316,17 @@ impl Placement {
         let since = *tracker.leader_since.get_or_insert(now);
         let reports = Reports::gather(&self.broker).await;
         let state = self.runtime.state();
+        if let Some(level) = level_to_raise(&state, &reports) {
+            let release = tributary_types::format::release_for_level(level);
+            tracing::info!(
+                level,
+                %release,
+                "every node supports cluster feature level {level}: raising the cluster's"
+            );
+            self.runtime
+                .propose(Command::SetFeatureLevel { level, release })
+                .await?;
+        }
         for node in state.nodes.keys() {
             if reports.answered(*node) {
                 tracker.last_seen.insert(*node, now);
@@ -429,6 +446,21 @@ impl Placement {
     }
 }
 
+/// The feature level the cluster can rise to: the lowest level any registered node
+/// supports, when every registered node has reported and that is above the cluster's.
+/// A node that does not answer (down, or gone for good without being removed) holds the
+/// level where it is: it might be of an older release.
+pub fn level_to_raise(state: &ClusterState, reports: &Reports) -> Option<u32> {
+    let lowest = state
+        .nodes
+        .keys()
+        .map(|node| reports.feature_levels.get(node).copied())
+        .collect::<Option<Vec<u32>>>()?
+        .into_iter()
+        .min()?;
+    (lowest > state.feature.level).then_some(lowest)
+}
+
 /// How the placement controller works (`--node-dead-timeout`, `--placement-*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PlacementSettings {
@@ -515,6 +547,7 @@ mod tests {
         Reports {
             ready: by_node.keys().copied().collect(),
             by_node,
+            ..Default::default()
         }
     }
 
@@ -740,17 +773,20 @@ mod tests {
                 node: 1,
                 groups: vec![status(1, 3)],
                 ready: true,
+                ..Default::default()
             },
             LocalStatusReply {
                 node: 2,
                 groups: vec![status(2, 4)],
                 ready: false,
+                ..Default::default()
             },
             // Node 3 believes node 3 leads? No: it names node 2, so it is no leader view.
             LocalStatusReply {
                 node: 3,
                 groups: vec![status(2, 4)],
                 ready: true,
+                ..Default::default()
             },
         ]);
         assert_eq!(
@@ -759,5 +795,31 @@ mod tests {
         );
         assert!(reports.answered(3) && !reports.answered(4));
         assert_eq!(reports.ready, BTreeSet::from([1, 3]));
+    }
+
+    #[test]
+    fn the_level_rises_only_once_every_registered_node_supports_it() {
+        let mut state = ClusterState::default();
+        for id in 1..=3 {
+            state.nodes.insert(
+                id,
+                tributary_controller::state::NodeRecord::new(id, String::new(), String::new(), 0),
+            );
+        }
+        let reply = |node: u64, feature_level: u32| LocalStatusReply {
+            node,
+            feature_level,
+            ..Default::default()
+        };
+        // Two upgraded nodes and one of release 0.1.0 (which reports no level).
+        let reports = Reports::from_replies([reply(1, 2), reply(2, 2), reply(3, 0)]);
+        assert_eq!(level_to_raise(&state, &reports), None);
+        // The third upgraded but not answering: still held.
+        let reports = Reports::from_replies([reply(1, 2), reply(2, 2)]);
+        assert_eq!(level_to_raise(&state, &reports), None);
+        let reports = Reports::from_replies([reply(1, 2), reply(2, 3), reply(3, 2)]);
+        assert_eq!(level_to_raise(&state, &reports), Some(2));
+        state.feature.level = 2;
+        assert_eq!(level_to_raise(&state, &reports), None, "already there");
     }
 }

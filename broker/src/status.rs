@@ -76,6 +76,8 @@ pub fn local_status(broker: &Broker) -> LocalStatusReply {
         node: host.node_id().0,
         groups,
         ready: broker.is_ready(),
+        release: tributary_types::format::running_release(),
+        feature_level: tributary_types::format::supported_level(),
     }
 }
 
@@ -153,6 +155,9 @@ pub struct ClusterStatus {
     pub under_replicated: u32,
     /// Replica moves under way.
     pub moves: Vec<ReplicaMoveStatus>,
+    /// The cluster's feature level and the first release that supports it.
+    pub feature_level: u32,
+    pub feature_release: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -184,6 +189,10 @@ pub struct NodeStatus {
     pub events_in: u64,
     pub bytes_out: u64,
     pub events_out: u64,
+    /// The node's release and the highest feature level it supports (`None`: it did not
+    /// answer).
+    pub release: Option<String>,
+    pub feature_level: Option<u32>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -220,6 +229,14 @@ pub async fn cluster_status(broker: &Broker) -> ClusterStatus {
         (node.id, report)
     }))
     .await;
+    // Each answering node's release and the highest feature level it supports.
+    let releases: HashMap<u64, (String, u32)> = reports
+        .iter()
+        .filter_map(|(id, report)| {
+            let r = report.as_ref()?;
+            Some((*id, (r.release.clone(), r.feature_level)))
+        })
+        .collect();
     let reports: HashMap<u64, Option<HashMap<u64, GroupStatus>>> = reports
         .into_iter()
         .map(|(id, report)| {
@@ -263,6 +280,15 @@ pub async fn cluster_status(broker: &Broker) -> ClusterStatus {
             leaders: 0,
             draining: n.draining,
             decommissioning: n.decommissioning,
+            // Release 0.1.0 does not say (its nodes support level 1).
+            release: releases.get(&n.id).map(|(release, level)| {
+                if *level == 0 {
+                    tributary_types::format::release_for_level(1)
+                } else {
+                    release.clone()
+                }
+            }),
+            feature_level: releases.get(&n.id).map(|(_, level)| (*level).max(1)),
             ..Default::default()
         })
         .collect();
@@ -373,5 +399,7 @@ pub async fn cluster_status(broker: &Broker) -> ClusterStatus {
         controller_leader,
         nodes,
         partitions,
+        feature_level: state.feature.level,
+        feature_release: state.feature.release.clone(),
     }
 }

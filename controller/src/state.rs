@@ -293,6 +293,30 @@ pub struct ClusterState {
     /// The namespace's shared access authorization rules: they apply to every hub.
     #[serde(default)]
     pub rules: Vec<AuthorizationRule>,
+    /// The cluster's feature level. Not part of this type's encoding (which stays the one
+    /// release 0.1.0 reads): stored beside it in format 2 (see
+    /// [`crate::state_machine::encode_applied`]) and sent beside it in cluster views.
+    #[serde(skip)]
+    pub feature: ClusterFeature,
+}
+
+/// The cluster's feature level ([`tributary_types::format`]): raised by the controller
+/// leader once every registered node supports a higher one, never lowered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterFeature {
+    pub level: u32,
+    /// The first release that supports `level`, for messages to operators.
+    pub release: String,
+}
+
+impl Default for ClusterFeature {
+    /// A cluster that has never raised its level runs release 0.1.0's.
+    fn default() -> Self {
+        Self {
+            level: 1,
+            release: tributary_types::format::release_for_level(1),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -360,6 +384,13 @@ pub enum Command {
     },
     /// Creates, deletes or rekeys a shared access authorization rule.
     Rule(RuleCommand),
+    /// Raises the cluster's feature level (never lowers it). Proposed by the controller
+    /// leader only once every registered node supports `level`, so only nodes that can
+    /// read this command ever apply it; it is the first command of feature level 2.
+    SetFeatureLevel {
+        level: u32,
+        release: String,
+    },
 }
 
 /// What `CreateHub` asks for.
@@ -630,6 +661,12 @@ impl ClusterState {
                 })
             }
             Command::Rule(command) => self.apply_rule(command),
+            Command::SetFeatureLevel { level, release } => {
+                if level > self.feature.level {
+                    self.feature = ClusterFeature { level, release };
+                }
+                Ok(Reply::Done)
+            }
             Command::Store(_) => Err(err(
                 ErrorKind::InvalidArgument,
                 "checkpoint store operations apply to the consumer store",

@@ -11,12 +11,14 @@ use tributary_raft::openraft_api::{
     EntryPayload, EntryResponder, RaftSnapshotBuilder, RaftStateMachine, StoredMembership,
 };
 use tributary_raft::{
-    LogId, Proposal, ProposalResult, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, encode,
+    LogId, Proposal, ProposalResult, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, decode,
+    encode,
 };
 use tributary_storage::{Durability, MetaKey, Mutation, Shard};
 use tributary_types::GroupId;
+use tributary_types::format;
 
-use super::state::{ClusterState, Command, CommandError, Reply};
+use super::state::{ClusterFeature, ClusterState, Command, CommandError, Reply};
 use super::store::ConsumerStore;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -48,18 +50,53 @@ impl ControllerApplied {
 /// A controller command's outcome as carried in the Raft reply.
 pub type CommandResult = Result<Reply, CommandError>;
 
-fn invalid(err: impl std::fmt::Display) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, err.to_string())
-}
-
+/// Encodes a controller command, in the format the cluster reads.
 pub fn encode_command(command: &Command) -> bytes::Bytes {
-    postcard::to_allocvec(command)
+    format::encode(command)
         .map(bytes::Bytes::from)
         .expect("commands always encode")
 }
 
+/// Decodes a controller command of any format this release reads.
+pub fn decode_command(bytes: &[u8]) -> Result<Command, format::FormatError> {
+    format::decode(bytes)
+}
+
+/// Encodes a command's outcome for its proposer, in the format the cluster reads.
+pub fn encode_result(result: &CommandResult) -> bytes::Bytes {
+    format::encode(result)
+        .map(bytes::Bytes::from)
+        .expect("command results always encode")
+}
+
 pub fn decode_result(bytes: &[u8]) -> io::Result<CommandResult> {
-    postcard::from_bytes(bytes).map_err(invalid)
+    Ok(format::decode(bytes)?)
+}
+
+/// Encodes the controller's applied state (snapshots, the stored state). Format 1 (release
+/// 0.1.0's) is [`ControllerApplied`] alone; format 2 adds the feature level after it. The
+/// format is the one the process writes, or the one the state's own feature level allows
+/// (the command that raised it has been applied here, so every node reads that format).
+pub fn encode_applied(applied: &ControllerApplied) -> io::Result<Vec<u8>> {
+    let format = format::write_format().max(format::format_for_level(applied.state.feature.level));
+    Ok(match format {
+        format::FORMAT_LEGACY => format::encode_as(format, applied)?,
+        _ => format::encode_as(format, &(applied, &applied.state.feature))?,
+    })
+}
+
+/// Decodes what [`encode_applied`] wrote, in any format this release reads.
+pub fn decode_applied(bytes: &[u8]) -> io::Result<ControllerApplied> {
+    let (version, payload) = format::split(bytes)?;
+    Ok(match version {
+        format::FORMAT_LEGACY => format::decode_payload(payload)?,
+        _ => {
+            let (mut applied, feature): (ControllerApplied, ClusterFeature) =
+                format::decode_payload(payload)?;
+            applied.state.feature = feature;
+            applied
+        }
+    })
 }
 
 pub struct ControllerStateMachine {
@@ -71,9 +108,10 @@ pub struct ControllerStateMachine {
 impl ControllerStateMachine {
     pub fn open(shard: Shard) -> io::Result<(Self, watch::Receiver<Arc<ClusterState>>)> {
         let applied: ControllerApplied = match shard.meta(GroupId::CONTROLLER, MetaKey::Applied)? {
-            Some(bytes) => postcard::from_bytes(&bytes).map_err(invalid)?,
+            Some(bytes) => decode_applied(&bytes)?,
             None => ControllerApplied::default(),
         };
+        format::follow_cluster_level(applied.state.feature.level);
         let (view, rx) = watch::channel(Arc::new(applied.state.clone()));
         Ok((
             Self {
@@ -111,9 +149,12 @@ impl RaftStateMachine<TypeConfig> for ControllerStateMachine {
             self.applied.last_applied = Some(entry.log_id);
             let result = match &entry.payload {
                 EntryPayload::Normal(Proposal::Controller(bytes)) => {
-                    let result: CommandResult = match postcard::from_bytes::<Command>(bytes) {
+                    let result: CommandResult = match decode_command(bytes) {
                         Ok(command) => {
                             let (result, changed) = self.applied.apply(command);
+                            // Once the level is raised here, what this node writes (this
+                            // state's snapshots first) may use its formats.
+                            format::follow_cluster_level(self.applied.state.feature.level);
                             state_changed |= changed;
                             result
                         }
@@ -122,7 +163,7 @@ impl RaftStateMachine<TypeConfig> for ControllerStateMachine {
                             message: format!("undecodable controller command: {e}"),
                         }),
                     };
-                    ProposalResult::Controller(encode(&result)?)
+                    ProposalResult::Controller(encode_result(&result))
                 }
                 EntryPayload::Membership(membership) => {
                     self.applied.membership =
@@ -163,11 +204,11 @@ impl RaftStateMachine<TypeConfig> for ControllerStateMachine {
         meta: &SnapshotMeta,
         snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
-        let mut applied: ControllerApplied =
-            postcard::from_bytes(snapshot.whole()?).map_err(invalid)?;
+        let mut applied = decode_applied(snapshot.whole()?)?;
         applied.last_applied = meta.last_log_id;
         applied.membership = meta.last_membership.clone();
         self.applied = applied;
+        format::follow_cluster_level(self.applied.state.feature.level);
         store_snapshot(&self.shard, meta, snapshot.whole()?, &self.applied).await?;
         self.view.send_replace(Arc::new(self.applied.state.clone()));
         Ok(())
@@ -177,8 +218,7 @@ impl RaftStateMachine<TypeConfig> for ControllerStateMachine {
         let Some(bytes) = self.shard.meta(GroupId::CONTROLLER, MetaKey::Snapshot)? else {
             return Ok(None);
         };
-        let (meta, payload): (SnapshotMeta, Vec<u8>) =
-            postcard::from_bytes(&bytes).map_err(invalid)?;
+        let (meta, payload): (SnapshotMeta, Vec<u8>) = decode(&bytes)?;
         Ok(Some(Snapshot {
             meta,
             snapshot: SnapshotData::new(payload),
@@ -206,7 +246,7 @@ async fn store_snapshot(
                 Mutation::PutMeta {
                     group: GroupId::CONTROLLER,
                     key: MetaKey::Applied,
-                    value: encode(applied)?,
+                    value: encode_applied(applied)?.into(),
                 },
             ],
             Durability::Immediate,
@@ -229,7 +269,7 @@ impl RaftSnapshotBuilder<TypeConfig> for ControllerSnapshotBuilder {
             last_log_id: self.applied.last_applied,
             last_membership: self.applied.membership.clone(),
         };
-        let payload = encode(&self.applied)?.to_vec();
+        let payload = encode_applied(&self.applied)?;
         store_snapshot(&self.shard, &meta, &payload, &self.applied).await?;
         Ok(Snapshot {
             meta,

@@ -198,15 +198,40 @@ pub fn metrics_handle() -> PrometheusHandle {
         .clone()
 }
 
+/// The cluster feature level the build info series carries now.
+static BUILD_INFO_LEVEL: std::sync::Mutex<Option<u32>> = std::sync::Mutex::new(None);
+
+/// Sets the build info series for the cluster's feature level `cluster_level`; the series of
+/// the level before drops to 0.
+pub fn set_build_info(cluster_level: u32) {
+    let series = |level: u32| {
+        metrics::gauge!(
+            "tributary_build_info",
+            "version" => tributary_types::format::running_release(),
+            "feature_level" => tributary_types::format::supported_level().to_string(),
+            "cluster_feature_level" => level.to_string()
+        )
+    };
+    let mut current = BUILD_INFO_LEVEL.lock().expect("build info lock");
+    if let Some(before) = *current {
+        if before == cluster_level {
+            return;
+        }
+        series(before).set(0.0);
+    }
+    series(cluster_level).set(1.0);
+    *current = Some(cluster_level);
+}
+
 /// Descriptions of the metrics of the issue "Operations" list not described above, and the
-/// build info series (set once here).
+/// build info series.
 fn describe_added_metrics() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_gauge!(
         "tributary_build_info",
-        "Always 1; the version label is the node's release"
+        "1 for the node's current labels: version is its release, feature_level the highest cluster feature level it supports, cluster_feature_level the level its cluster runs (a series of an earlier cluster level stays at 0)"
     );
-    metrics::gauge!("tributary_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    set_build_info(1);
     describe_counter!(
         "tributary_bytes_out_total",
         Unit::Bytes,

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
+use tributary_types::format;
 
 const IDENTITY_FILE: &str = "identity.json";
 
@@ -18,6 +19,17 @@ pub struct Identity {
     /// came back with its data or with an empty directory.
     #[serde(default)]
     pub data_id: u64,
+    /// The highest cluster feature level this directory has seen its cluster run, and the
+    /// first release that supports it: a node of an older release refuses to start on it
+    /// (release 0.1.0 wrote no level: 1).
+    #[serde(default = "level_one")]
+    pub feature_level: u32,
+    #[serde(default)]
+    pub feature_release: String,
+}
+
+fn level_one() -> u32 {
+    1
 }
 
 const FORMAT_VERSION: u32 = 1;
@@ -70,6 +82,20 @@ pub fn load_or_create(
                 FORMAT_VERSION
             );
         }
+        if identity.feature_level > format::supported_level() {
+            let release = if identity.feature_release.is_empty() {
+                format::release_for_level(identity.feature_level)
+            } else {
+                identity.feature_release.clone()
+            };
+            bail!(
+                "data directory {} belongs to a cluster that runs feature level {}, which needs release {release} or later; this is release {} (feature levels up to {}): start this node with release {release} or later (a cluster never returns to an older release once its level is raised)",
+                data_dir.display(),
+                identity.feature_level,
+                format::running_release(),
+                format::supported_level(),
+            );
+        }
         let mut identity = identity;
         if identity.data_id == 0 {
             identity.data_id = new_data_id();
@@ -82,6 +108,8 @@ pub fn load_or_create(
         node_id,
         format_version: FORMAT_VERSION,
         data_id: new_data_id(),
+        feature_level: 1,
+        feature_release: String::new(),
     };
     write(data_dir, &identity)?;
     Ok(identity)
@@ -117,6 +145,22 @@ pub fn record_cluster(
     }
 }
 
+/// Records that the directory's cluster runs `level` (first supported by `release`), when
+/// that is higher than what the directory holds.
+pub fn record_feature_level(
+    data_dir: &Path,
+    identity: &mut Identity,
+    level: u32,
+    release: &str,
+) -> anyhow::Result<()> {
+    if level <= identity.feature_level {
+        return Ok(());
+    }
+    identity.feature_level = level;
+    identity.feature_release = release.to_string();
+    write(data_dir, identity)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,5 +179,44 @@ mod tests {
         );
         let err = load_or_create(dir.path(), 2, None).unwrap_err();
         assert!(err.to_string().contains("belongs to node 1"), "{err}");
+    }
+
+    #[test]
+    fn a_directory_of_a_later_level_is_refused_naming_the_release() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut identity = load_or_create(dir.path(), 1, None).unwrap();
+        assert_eq!(identity.feature_level, 1);
+        record_feature_level(dir.path(), &mut identity, format::FEATURE_LEVEL, "0.2.0").unwrap();
+        assert_eq!(load_or_create(dir.path(), 1, None).unwrap(), identity);
+        record_feature_level(dir.path(), &mut identity, 1, "0.1.0").unwrap();
+        assert_eq!(
+            identity.feature_level,
+            format::FEATURE_LEVEL,
+            "never lowered"
+        );
+        record_feature_level(
+            dir.path(),
+            &mut identity,
+            format::FEATURE_LEVEL + 1,
+            "9.1.0",
+        )
+        .unwrap();
+        let err = load_or_create(dir.path(), 1, None).unwrap_err().to_string();
+        assert!(
+            err.contains("needs release 9.1.0 or later") && err.contains(format::RELEASE),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_release_0_1_0_identity_reads_as_level_one() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(IDENTITY_FILE),
+            r#"{"cluster_id":"c","node_id":1,"format_version":1,"data_id":7}"#,
+        )
+        .unwrap();
+        let identity = load_or_create(dir.path(), 1, None).unwrap();
+        assert_eq!((identity.data_id, identity.feature_level), (7, 1));
     }
 }

@@ -65,6 +65,37 @@ async fn finish_within<T>(
     }
 }
 
+/// Keeps the data directory's record of the cluster's feature level (which refuses older
+/// releases a start on it) and the build info metric in step with the cluster.
+async fn follow_feature_level(
+    mut view: watch::Receiver<Arc<tributary_controller::state::ClusterState>>,
+    data_dir: std::path::PathBuf,
+    mut identity: identity::Identity,
+) {
+    loop {
+        let feature = view.borrow_and_update().feature.clone();
+        http::set_build_info(feature.level);
+        if feature.level > identity.feature_level {
+            tracing::info!(
+                level = feature.level,
+                release = %feature.release,
+                "the cluster runs a new feature level: nodes of earlier releases can no longer join it"
+            );
+            if let Err(err) = identity::record_feature_level(
+                &data_dir,
+                &mut identity,
+                feature.level,
+                &feature.release,
+            ) {
+                tracing::warn!(%err, "cannot record the cluster's feature level in the data directory");
+            }
+        }
+        if view.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 /// How long shutdown waits for the last users of a storage shard.
 const SHARD_CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -102,6 +133,8 @@ impl Node {
             config.node_id,
             config.cluster_id.as_deref(),
         )?;
+        // A restart writes what its cluster reads from the first write on.
+        tributary_types::format::follow_cluster_level(identity.feature_level);
         let mut shards = Vec::new();
         for i in 0..config.storage_shards {
             let path = config.data_dir.join(format!("shard-{i}.redb"));
@@ -245,6 +278,7 @@ impl Node {
             identity::record_cluster(&config.data_dir, &mut identity, &cluster_id)?;
             anyhow::Ok(cluster_id)
         };
+        let data_dir = config.data_dir.clone();
         let cluster_id = match joined.await {
             Ok(cluster_id) => cluster_id,
             Err(err) => {
@@ -268,6 +302,7 @@ impl Node {
         ));
         tasks.spawn(capture::capturer::run(broker.clone()));
         tasks.spawn(telemetry::run(broker.clone()));
+        tasks.spawn(follow_feature_level(runtime.view(), data_dir, identity));
 
         // The recorder first, so the auth gauge set next is kept.
         http::metrics_handle();
@@ -424,9 +459,37 @@ impl StorageFailed {
 /// `tributary serve`: runs a node until SIGTERM or SIGINT, then shuts down cleanly. When its
 /// storage fails it stops at once with [`StorageFailed`] (fail-stop, as a Kafka broker whose
 /// log directory failed): its replicas' peers carry on, and a restart replays the durable log.
+/// The test build's stand-in for a node of a later release:
+/// `TRIBUTARY_TEST_FEATURE_LEVEL=LEVEL@RELEASE` (e.g. `3@0.3.0`) makes the node report that
+/// release and support feature levels up to LEVEL. Debug builds only: a release build
+/// ignores the variable.
+fn simulate_later_release() -> anyhow::Result<()> {
+    const VARIABLE: &str = "TRIBUTARY_TEST_FEATURE_LEVEL";
+    if !cfg!(debug_assertions) {
+        return Ok(());
+    }
+    let Ok(value) = std::env::var(VARIABLE) else {
+        return Ok(());
+    };
+    let parsed = value
+        .split_once('@')
+        .and_then(|(level, release)| Some((level.parse::<u32>().ok()?, release)));
+    let Some((level, release)) = parsed else {
+        anyhow::bail!("{VARIABLE} must be LEVEL@RELEASE (e.g. 3@0.3.0), not '{value}'");
+    };
+    tracing::warn!(
+        level,
+        release,
+        "posing as a later release ({VARIABLE}): for tests only"
+    );
+    tributary_types::format::simulate_release(level, release.to_string());
+    Ok(())
+}
+
 pub async fn serve_until_signal(args: config::ServeArgs) -> anyhow::Result<()> {
     let config = args.resolve()?;
     init_logging(config.log_json);
+    simulate_later_release()?;
     http::metrics_handle();
     // The handlers are installed before the node starts: a node answers health checks while
     // `Node::start` is still finishing, and a SIGTERM sent then must shut it down cleanly

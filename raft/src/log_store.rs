@@ -12,6 +12,7 @@ use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use tributary_storage::{Durability, MetaKey, Mutation, Shard};
 use tributary_types::GroupId;
+use tributary_types::format;
 
 use crate::types::TypeConfig;
 
@@ -104,16 +105,16 @@ impl LogStore {
     }
 }
 
-/// Encodes a stored value (entries, votes, state-machine state) the one way storage uses.
+/// Encodes a stored value or peer message (entries, votes, state-machine state, Raft
+/// messages) the one way storage and the peer port use: in the format the cluster reads
+/// ([`tributary_types::format`]).
 pub fn encode<T: serde::Serialize>(value: &T) -> io::Result<Bytes> {
-    postcard::to_allocvec(value)
-        .map(Bytes::from)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    Ok(Bytes::from(format::encode(value)?))
 }
 
-/// Decodes a value written by [`encode`].
+/// Decodes a value written by [`encode`] in any format this release reads.
 pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> io::Result<T> {
-    postcard::from_bytes(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    Ok(format::decode(bytes)?)
 }
 
 fn bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {

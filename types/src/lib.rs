@@ -2,6 +2,7 @@
 //! naming rules, the clock and shared access signatures.
 
 pub mod clock;
+pub mod format;
 pub mod ids;
 pub mod limits;
 pub mod names;

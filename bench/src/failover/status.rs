@@ -110,6 +110,8 @@ mod tests {
             under_replicated: 0,
             cluster_id: "c".into(),
             controller_leader: 1,
+            feature_level: 2,
+            feature_release: "0.2.0".into(),
             nodes: vec![node(1, true), node(2, true), node(3, true)],
             partitions: vec![
                 PartitionStatus {

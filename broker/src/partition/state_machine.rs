@@ -15,7 +15,7 @@ use tributary_raft::openraft_api::{
 use tributary_raft::snapshot_stream;
 use tributary_raft::{
     AppendOutcome, CaptureRange, ProducerStamp, Proposal, ProposalResult, SnapshotData,
-    StoredSnapshot, TypeConfig, decode_entry, encode,
+    StoredSnapshot, TypeConfig, decode, decode_entry, encode,
 };
 use tributary_raft::{
     LogId as LogIdT, Snapshot as SnapshotT, SnapshotMeta as SnapshotMetaT,
@@ -23,6 +23,7 @@ use tributary_raft::{
 };
 use tributary_storage::{Durability, IndexRow, MetaKey, Mutation, Shard, staging_group};
 use tributary_types::GroupId;
+use tributary_types::format;
 
 use super::codec;
 
@@ -60,8 +61,13 @@ impl From<AppliedStateV1> for AppliedState {
     }
 }
 
-/// Reads an applied state in the current form or in the form before Capture.
+/// Reads an applied state of any format: format 1 (release 0.1.0 and earlier) holds the
+/// current form or the form before Capture; format 2 the current form.
 fn decode_applied(bytes: &[u8]) -> io::Result<AppliedState> {
+    let (version, bytes) = format::split(bytes)?;
+    if version > format::FORMAT_LEGACY {
+        return Ok(format::decode_payload(bytes)?);
+    }
     match postcard::from_bytes::<AppliedState>(bytes) {
         Ok(state) => Ok(state),
         Err(err) => postcard::from_bytes::<AppliedStateV1>(bytes)
@@ -235,7 +241,9 @@ impl SnapshotPayload {
         postcard::to_allocvec(&wire).map_err(invalid)
     }
 
+    /// Whole snapshots were sent only by releases before 0.1.0's streamed ones: format 1.
     fn decode(bytes: &[u8]) -> io::Result<SnapshotPayload> {
+        let (_, bytes) = format::split(bytes)?;
         let (wire, capture) =
             match postcard::from_bytes::<(SnapshotPayloadWire<AppliedStateV1>, CaptureProgress)>(
                 bytes,
@@ -545,7 +553,7 @@ impl RaftStateMachine<TypeConfig> for PartitionStateMachine {
         let Some(bytes) = self.shard.meta(self.group, MetaKey::Snapshot)? else {
             return Ok(None);
         };
-        let meta: SnapshotMetaT = postcard::from_bytes(&bytes).map_err(invalid)?;
+        let meta: SnapshotMetaT = decode(&bytes)?;
         // The log is the data: the snapshot is its point, the state there, and the log
         // through it, which stays in storage and is read piece by piece as it is sent.
         let stored = stored_snapshot(self.group, &self.shard, &meta)?;

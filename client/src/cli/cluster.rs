@@ -224,8 +224,10 @@ fn node_name(id: u64) -> String {
 
 fn status_text(status: &ClusterStatus) -> String {
     let mut text = format!(
-        "cluster:            {}\ncontroller leader:  {}\nunder-replicated:   {}\n\n",
+        "cluster:            {}\nfeature level:      {} (release {} or later)\ncontroller leader:  {}\nunder-replicated:   {}\n\n",
         status.cluster_id,
+        status.feature_level,
+        status.feature_release,
         node_name(status.controller_leader),
         status.under_replicated
     );
@@ -233,6 +235,7 @@ fn status_text(status: &ClusterStatus) -> String {
         "NODE",
         "STATE",
         "CONTROLLER",
+        "RELEASE",
         "CU",
         "ZONE",
         "REPLICAS",
@@ -255,6 +258,11 @@ fn status_text(status: &ClusterStatus) -> String {
             }
             .to_string(),
             if node.controller_voter { "voter" } else { "-" }.to_string(),
+            if node.release.is_empty() {
+                "-".to_string()
+            } else {
+                format!("{} (level {})", node.release, node.feature_level)
+            },
             node.capacity_units.to_string(),
             if node.zone.is_empty() {
                 "-"
@@ -345,6 +353,8 @@ fn status_json(status: &ClusterStatus) -> serde_json::Value {
     };
     json!({
         "cluster_id": status.cluster_id,
+        "feature_level": status.feature_level,
+        "feature_release": status.feature_release,
         "controller_leader": leader(status.controller_leader),
         "under_replicated": status.under_replicated,
         "nodes": status.nodes.iter().map(|n| json!({
@@ -365,6 +375,8 @@ fn status_json(status: &ClusterStatus) -> serde_json::Value {
             "controller_voter": n.controller_voter,
             "client_addr": n.client_addr,
             "peer_addr": n.peer_addr,
+            "release": if n.release.is_empty() { serde_json::Value::Null } else { json!(n.release) },
+            "feature_level": if n.feature_level == 0 { serde_json::Value::Null } else { json!(n.feature_level) },
         })).collect::<Vec<_>>(),
         "partitions": status.partitions.iter().map(|p| json!({
             "event_hub": p.event_hub,
@@ -400,6 +412,8 @@ mod tests {
         let status = ClusterStatus {
             under_replicated: 1,
             cluster_id: "c1".into(),
+            feature_level: 1,
+            feature_release: "0.1.0".into(),
             controller_leader: 2,
             nodes: vec![
                 NodeStatus {
@@ -427,6 +441,8 @@ mod tests {
                     leaders: 1,
                     draining: false,
                     decommissioning: true,
+                    release: "0.2.0".into(),
+                    feature_level: 2,
                     ..Default::default()
                 },
             ],
@@ -495,6 +511,16 @@ mod tests {
         assert_eq!(json["nodes"][0]["zone"], serde_json::Value::Null);
         assert_eq!(second["decommissioning"], true);
         assert_eq!(json["moves"][0]["to"], 2);
+        // Each node's release, and the cluster's level, during a rolling upgrade.
+        assert!(
+            text.contains("feature level:      1 (release 0.1.0 or later)"),
+            "{text}"
+        );
+        assert!(text.contains("0.2.0 (level 2)"), "{text}");
+        assert_eq!(json["feature_level"], 1);
+        assert_eq!(second["release"], "0.2.0");
+        assert_eq!(second["feature_level"], 2);
+        assert_eq!(json["nodes"][0]["release"], serde_json::Value::Null);
     }
 
     /// The third replica's rebuild progress in the JSON status.

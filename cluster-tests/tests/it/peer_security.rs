@@ -518,6 +518,7 @@ fn outsider_calls(
                         id: 9,
                         client_addr: "127.0.0.1:1".into(),
                         peer_addr: "127.0.0.1:2".into(),
+                        ..Default::default()
                     }),
                 };
                 ClusterClient::new(plain_channel(peer))

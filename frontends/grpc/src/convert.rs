@@ -274,6 +274,8 @@ pub fn planned_move(planned: PlannedMove) -> pb::PlannedMove {
 pub fn cluster_status(status: ClusterStatus) -> pb::ClusterStatus {
     pb::ClusterStatus {
         cluster_id: status.cluster_id,
+        feature_level: status.feature_level,
+        feature_release: status.feature_release,
         controller_leader: status.controller_leader,
         under_replicated: status.under_replicated,
         nodes: status
@@ -296,6 +298,8 @@ pub fn cluster_status(status: ClusterStatus) -> pb::ClusterStatus {
                 events_in: n.events_in,
                 bytes_out: n.bytes_out,
                 events_out: n.events_out,
+                release: n.release.unwrap_or_default(),
+                feature_level: n.feature_level.unwrap_or_default(),
             })
             .collect(),
         partitions: status
