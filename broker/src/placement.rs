@@ -448,13 +448,15 @@ impl Placement {
 
 /// The feature level the cluster can rise to: the lowest level any registered node
 /// supports, when every registered node has reported and that is above the cluster's.
-/// A node that does not answer (down, or gone for good without being removed) holds the
-/// level where it is: it might be of an older release.
+/// A node that does not answer (down, or stopped for an upgrade) holds the level where it
+/// is: it might be of an older release. Only a decommissioned node that holds no replica
+/// any more is left out: it has left the cluster.
 pub fn level_to_raise(state: &ClusterState, reports: &Reports) -> Option<u32> {
     let lowest = state
         .nodes
-        .keys()
-        .map(|node| reports.feature_levels.get(node).copied())
+        .values()
+        .filter(|node| !node.decommissioning || state.replicas_on(node.id) > 0)
+        .map(|node| reports.feature_levels.get(&node.id).copied())
         .collect::<Option<Vec<u32>>>()?
         .into_iter()
         .min()?;
@@ -818,6 +820,10 @@ mod tests {
         let reports = Reports::from_replies([reply(1, 2), reply(2, 2)]);
         assert_eq!(level_to_raise(&state, &reports), None);
         let reports = Reports::from_replies([reply(1, 2), reply(2, 3), reply(3, 2)]);
+        assert_eq!(level_to_raise(&state, &reports), Some(2));
+        // A node that left (decommissioned, no replicas) does not hold the level back.
+        state.nodes.get_mut(&3).unwrap().decommissioning = true;
+        let reports = Reports::from_replies([reply(1, 2), reply(2, 2)]);
         assert_eq!(level_to_raise(&state, &reports), Some(2));
         state.feature.level = 2;
         assert_eq!(level_to_raise(&state, &reports), None, "already there");

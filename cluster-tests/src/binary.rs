@@ -44,7 +44,12 @@ pub fn binary_path() -> PathBuf {
 /// settings (they would override nothing we pass but could add settings we do not expect),
 /// except `TRIBUTARY_LOG` for debugging; no colours in logs. Killed if dropped.
 pub fn tributary_command() -> tokio::process::Command {
-    let mut command = tokio::process::Command::new(binary_path());
+    tributary_command_at(&binary_path())
+}
+
+/// [`tributary_command`] for the binary at `binary` (e.g. an earlier release's).
+pub fn tributary_command_at(binary: &Path) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(binary);
     for (name, _) in std::env::vars_os() {
         let name_text = name.to_string_lossy();
         if name_text.starts_with("TRIBUTARY_") && name_text != "TRIBUTARY_LOG" {

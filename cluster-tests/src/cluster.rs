@@ -47,6 +47,27 @@ impl LocalCluster {
         extra_args: impl Fn(u64) -> Vec<String>,
         env: &[(&str, &str)],
     ) -> LocalCluster {
+        LocalCluster::start_nodes(dir, n, None, extra_args, env).await
+    }
+
+    /// Like [`LocalCluster::start_with_env`], every node running the binary at `binary`
+    /// (e.g. an earlier release's: see [`NodeProcess::set_binary`] to upgrade one).
+    pub async fn start_with_binary(
+        dir: &Path,
+        n: usize,
+        binary: &Path,
+        env: &[(&str, &str)],
+    ) -> LocalCluster {
+        LocalCluster::start_nodes(dir, n, Some(binary), |_| Vec::new(), env).await
+    }
+
+    async fn start_nodes(
+        dir: &Path,
+        n: usize,
+        binary: Option<&Path>,
+        extra_args: impl Fn(u64) -> Vec<String>,
+        env: &[(&str, &str)],
+    ) -> LocalCluster {
         let ports: Vec<NodePorts> = (0..n).map(|_| NodePorts::free()).collect();
         let seeds = ports
             .iter()
@@ -68,12 +89,13 @@ impl LocalCluster {
                 .into_iter()
                 .chain(extra_args(i as u64 + 1))
                 .collect::<Vec<_>>();
-                NodeProcess::launch_with_env(
-                    &dir.join(format!("node-{}", i + 1)),
-                    *ports,
-                    &args,
-                    env,
-                )
+                let data_dir = dir.join(format!("node-{}", i + 1));
+                match binary {
+                    Some(binary) => {
+                        NodeProcess::launch_binary(binary, &data_dir, *ports, &args, env)
+                    }
+                    None => NodeProcess::launch_with_env(&data_dir, *ports, &args, env),
+                }
             })
             .collect();
         for node in &mut nodes {

@@ -14,7 +14,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::Child;
 
-use crate::binary::tributary_command;
+use crate::binary::{tributary_command, tributary_command_at};
 use crate::eventually::poll_until;
 use crate::http::http_get;
 
@@ -68,6 +68,8 @@ pub struct NodeProcess {
     child: Option<Child>,
     /// Stopped with SIGSTOP and not yet continued.
     paused: bool,
+    /// The binary this node runs when not the build under test (an earlier release's).
+    binary: Option<PathBuf>,
 }
 
 enum Readiness {
@@ -151,7 +153,40 @@ impl NodeProcess {
             run_log_start: 0,
             child: None,
             paused: false,
+            binary: None,
         }
+    }
+
+    /// Like [`NodeProcess::launch_with_env`], running the binary at `binary` (e.g. an
+    /// earlier release's) instead of the build under test.
+    pub fn launch_binary(
+        binary: &Path,
+        data_dir: &Path,
+        ports: NodePorts,
+        extra_args: &[String],
+        env: &[(&str, &str)],
+    ) -> NodeProcess {
+        let mut node = NodeProcess::new(data_dir, ports, extra_args);
+        node.binary = Some(binary.to_path_buf());
+        node.env = env
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+            .collect();
+        node.spawn();
+        node
+    }
+
+    /// Makes the next start run the binary at `binary` (`None`: the build under test): an
+    /// upgrade, once the node is stopped.
+    pub fn set_binary(&mut self, binary: Option<&Path>) {
+        self.binary = binary.map(Path::to_path_buf);
+    }
+
+    /// Starts the stopped node again without waiting for it to be ready (it may be meant
+    /// to refuse to start: see [`NodeProcess::wait_for_exit`]).
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "start_again() needs a stopped node");
+        self.spawn();
     }
 
     /// `http://127.0.0.1:<client port>`, for the SDK and `--endpoint`.
@@ -326,7 +361,10 @@ impl NodeProcess {
             .append(true)
             .open(&self.log_path)
             .unwrap_or_else(|e| panic!("cannot open {}: {e}", self.log_path.display()));
-        let mut command = tributary_command();
+        let mut command = match &self.binary {
+            Some(binary) => tributary_command_at(binary),
+            None => tributary_command(),
+        };
         command
             .arg("serve")
             .arg("--data-dir")
@@ -436,7 +474,8 @@ impl NodeProcess {
         }
     }
 
-    fn run_log(&self) -> String {
+    /// The output of the node's current run so far (its log from the last start on).
+    pub fn run_log(&self) -> String {
         let text = std::fs::read(&self.log_path).unwrap_or_default();
         let start = usize::try_from(self.run_log_start)
             .unwrap_or(0)

@@ -855,6 +855,17 @@ impl ClusterState {
             .and_then(|h| self.replica_member(h, partition, node))
     }
 
+    /// Partition replicas assigned to `node`, with the moves under way to it.
+    pub fn replicas_on(&self, node: u64) -> usize {
+        let assigned = self
+            .hubs
+            .values()
+            .flat_map(|h| h.replicas.iter())
+            .filter(|r| r.contains(&node))
+            .count();
+        assigned + self.moves.iter().filter(|m| m.to == node).count()
+    }
+
     /// The move under way for a partition, if any.
     pub fn move_of(&self, hub: HubId, partition: u16) -> Option<&ReplicaMove> {
         self.moves

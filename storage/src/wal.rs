@@ -688,6 +688,108 @@ pub(crate) mod tests {
         std::fs::write(path, out).unwrap();
     }
 
+    /// A batch holding every kind of write, each field set.
+    fn every_mutation() -> Vec<Mutation> {
+        let group = GroupId::from_u64(0x0000_0007_0003_0002);
+        let mut batch = vec![
+            Mutation::PutLog {
+                group,
+                index: 300,
+                entry: Bytes::from_static(b"an entry's bytes"),
+            },
+            Mutation::TruncateLogFrom { group, from: 301 },
+            Mutation::PurgeLogThrough {
+                group,
+                through: 200,
+            },
+        ];
+        for key in [
+            MetaKey::Vote,
+            MetaKey::Committed,
+            MetaKey::Purged,
+            MetaKey::Applied,
+            MetaKey::Snapshot,
+            MetaKey::Member,
+            MetaKey::AssignedAt,
+            MetaKey::SnapshotState,
+        ] {
+            batch.push(Mutation::PutMeta {
+                group,
+                key,
+                value: Bytes::from(vec![key as u8; 3]),
+            });
+        }
+        batch.extend([
+            Mutation::PutIndex {
+                group,
+                row: IndexRow {
+                    first_sequence: 1_000,
+                    log_index: 300,
+                    first_offset: 65_536,
+                    enqueued_time_ms: 1_790_000_000_000,
+                    event_count: 16,
+                },
+            },
+            Mutation::TruncateIndexFrom {
+                group,
+                from_sequence: 1_016,
+            },
+            Mutation::DeleteGroup { group },
+            Mutation::InstallStaged {
+                group,
+                through: 299,
+            },
+            Mutation::TruncateIndexBefore {
+                group,
+                before_sequence: 900,
+            },
+            Mutation::PutCatalog {
+                key: "catalog-key".into(),
+                value: Bytes::from_static(b"value"),
+            },
+            Mutation::DeleteCatalog {
+                key: "catalog-key".into(),
+            },
+        ]);
+        batch
+    }
+
+    /// A log record's payload as release 0.1.0 wrote it (`golden/format-1/wal-batch.bin`):
+    /// every kind of write still replays to the same mutation. The log's records are
+    /// versioned by their tags (a new kind of write gets a new tag) and its files by their
+    /// magic.
+    #[test]
+    fn a_record_of_release_0_1_0_replays() {
+        /// Mutations compared by their debug form (they have no `PartialEq`).
+        #[derive(Debug)]
+        struct Batch(Vec<Mutation>);
+        impl PartialEq for Batch {
+            fn eq(&self, other: &Self) -> bool {
+                format!("{self:?}") == format!("{other:?}")
+            }
+        }
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("golden");
+        tributary_types::format::golden::check(
+            &dir,
+            tributary_types::format::FORMAT_LEGACY,
+            "wal-batch",
+            &Batch(every_mutation()),
+            |_, batch| {
+                let mut payload = Vec::new();
+                payload.put_u32_le(batch.0.len() as u32);
+                for mutation in &batch.0 {
+                    encode(mutation, &mut payload);
+                }
+                payload
+            },
+            |payload| {
+                decode_batch(payload)
+                    .map(|(mutations, _)| Batch(mutations))
+                    .ok_or_else(|| "not a log record".to_string())
+            },
+        );
+    }
+
     fn mutation() -> impl Strategy<Value = Mutation> {
         let group = any::<u64>().prop_map(GroupId::from_u64);
         let bytes = proptest::collection::vec(any::<u8>(), 0..64).prop_map(Bytes::from);

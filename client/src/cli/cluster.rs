@@ -12,11 +12,13 @@ use crate::cli::output::Table;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum ClusterCommand {
-    /// Show the nodes (up or down, capacity units, zone, replicas and leaders), the
-    /// controller leader, how many partitions are under-replicated, and for every partition
-    /// its leader, replicas and whether each replica is caught up. With `--output json`:
-    /// `nodes[]` (`node_id`, `capacity_units`, `zone`, `replicas`, `leaders`, `up`, ...),
-    /// `under_replicated`, `partitions[]`, `moves[]` (replica moves under way).
+    /// Show the nodes (up or down, release, capacity units, zone, replicas and leaders),
+    /// the cluster's feature level, the controller leader, how many partitions are
+    /// under-replicated, and for every partition its leader, replicas and whether each
+    /// replica is caught up. With `--output json`: `feature_level`, `feature_release`,
+    /// `nodes[]` (`node_id`, `release`, `feature_level`, `capacity_units`, `zone`,
+    /// `replicas`, `leaders`, `up`, ...), `under_replicated`, `partitions[]`, `moves[]`
+    /// (replica moves under way).
     Status,
     /// Balance replicas and leaders over the nodes' capacity units. The placement
     /// controller does this continuously; without `--dry-run` this waits (showing

@@ -16,7 +16,7 @@ use tributary_cluster_tests::{LocalCluster, TestDir, cli_ok, eventually, http_ge
 use tributary_proto::v1::ClusterStatus;
 
 const HUB: &str = "rolling";
-const PARTITIONS: u32 = 4;
+pub(crate) const PARTITIONS: u32 = 4;
 /// Events per send.
 const BATCH_EVENTS: usize = 3;
 /// An upper bound on the producer's sends, so a stuck stop flag cannot loop for ever.
@@ -29,7 +29,7 @@ const DRAIN_MARKER: &str = "drained-for-restart";
 const SENDS_PER_PHASE: u64 = 10;
 
 /// What the producer was told for one acknowledged send.
-struct Acknowledged {
+pub(crate) struct Acknowledged {
     partition: u32,
     first_sequence_number: i64,
     bodies: Vec<String>,
@@ -55,52 +55,8 @@ async fn a_rolling_restart_under_continuous_sends_fails_no_send_and_loses_nothin
     // The producer knows all three nodes, so no stopped node is a single point of failure;
     // the SDK retries transient failures (leader moved, node gone) itself.
     let client = Client::connect_any(&endpoints).await.unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let (sent, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let producer = tokio::spawn({
-        let (stop, sent, failed) = (stop.clone(), sent.clone(), failed.clone());
-        let producer = client.idempotent_producer();
-        async move {
-            let mut acknowledged = Vec::new();
-            let mut send = 0u64;
-            while !stop.load(Ordering::Relaxed) && send < SENDS_MAX {
-                let partition = (send % u64::from(PARTITIONS)) as u32;
-                let bodies: Vec<String> =
-                    (0..BATCH_EVENTS).map(|e| format!("s{send}-e{e}")).collect();
-                let events = bodies.iter().map(|b| EventData::from_body(b.clone()));
-                match producer.send(HUB, &partition.to_string(), events).await {
-                    Ok(response) => {
-                        acknowledged.push(Acknowledged {
-                            partition,
-                            first_sequence_number: response.first_sequence_number,
-                            bodies,
-                        });
-                        sent.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(err) => {
-                        eprintln!("send {send} to partition {partition} failed: {err}");
-                        failed.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                send += 1;
-            }
-            acknowledged
-        }
-    });
-    let await_sends = |what: String| {
-        let sent = sent.clone();
-        async move {
-            let target = sent.load(Ordering::Relaxed) + SENDS_PER_PHASE;
-            let what = format!("{target} sends {what} (the producer is stuck otherwise)");
-            eventually(SETTLE_TIMEOUT, what, async || {
-                match sent.load(Ordering::Relaxed) {
-                    done if done >= target => Ok(()),
-                    done => Err(format!("{done} sends")),
-                }
-            })
-            .await;
-        }
-    };
+    let producer = ContinuousProducer::start(&client, HUB, PARTITIONS);
+    let await_sends = |what: String| producer.await_sends(what);
     await_sends("before the restarts".into()).await;
 
     let started = Instant::now();
@@ -166,20 +122,99 @@ async fn a_rolling_restart_under_continuous_sends_fails_no_send_and_loses_nothin
         );
     }
 
-    stop.store(true, Ordering::Relaxed);
-    let acknowledged = producer.await.unwrap();
-    let failed = failed.load(Ordering::Relaxed);
-    println!(
-        "{} sends acknowledged, {failed} failed, rolling restart took {:?}",
-        acknowledged.len(),
-        started.elapsed()
-    );
-    assert_eq!(failed, 0, "a retrying producer saw failed sends");
+    let acknowledged = producer.finish(started).await;
+    assert_exactly_acknowledged(&client, HUB, PARTITIONS, &acknowledged).await;
+}
 
-    // Idempotent sends: each partition holds exactly the acknowledged events, each at the
-    // sequence number its acknowledgement gave.
+/// A producer sending batches round the partitions of a hub without pause, through the
+/// SDK's idempotent producer (which retries transient failures itself), until finished.
+pub(crate) struct ContinuousProducer {
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<Vec<Acknowledged>>,
+}
+
+impl ContinuousProducer {
+    pub(crate) fn start(client: &Client, hub: &'static str, partitions: u32) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (sent, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let task = tokio::spawn({
+            let (stop, sent, failed) = (stop.clone(), sent.clone(), failed.clone());
+            let producer = client.idempotent_producer();
+            async move {
+                let mut acknowledged = Vec::new();
+                let mut send = 0u64;
+                while !stop.load(Ordering::Relaxed) && send < SENDS_MAX {
+                    let partition = (send % u64::from(partitions)) as u32;
+                    let bodies: Vec<String> =
+                        (0..BATCH_EVENTS).map(|e| format!("s{send}-e{e}")).collect();
+                    let events = bodies.iter().map(|b| EventData::from_body(b.clone()));
+                    match producer.send(hub, &partition.to_string(), events).await {
+                        Ok(response) => {
+                            acknowledged.push(Acknowledged {
+                                partition,
+                                first_sequence_number: response.first_sequence_number,
+                                bodies,
+                            });
+                            sent.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(err) => {
+                            eprintln!("send {send} to partition {partition} failed: {err}");
+                            failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    send += 1;
+                }
+                acknowledged
+            }
+        });
+        Self {
+            stop,
+            sent,
+            failed,
+            task,
+        }
+    }
+
+    /// Waits until the producer has completed `SENDS_PER_PHASE` more sends.
+    pub(crate) async fn await_sends(&self, what: String) {
+        let target = self.sent.load(Ordering::Relaxed) + SENDS_PER_PHASE;
+        let what = format!("{target} sends {what} (the producer is stuck otherwise)");
+        eventually(SETTLE_TIMEOUT, what, async || {
+            match self.sent.load(Ordering::Relaxed) {
+                done if done >= target => Ok(()),
+                done => Err(format!("{done} sends")),
+            }
+        })
+        .await;
+    }
+
+    /// Stops the producer; asserts that no send failed and returns the acknowledged ones.
+    pub(crate) async fn finish(self, started: Instant) -> Vec<Acknowledged> {
+        self.stop.store(true, Ordering::Relaxed);
+        let acknowledged = self.task.await.unwrap();
+        let failed = self.failed.load(Ordering::Relaxed);
+        println!(
+            "{} sends acknowledged, {failed} failed, in {:?}",
+            acknowledged.len(),
+            started.elapsed()
+        );
+        assert_eq!(failed, 0, "a retrying producer saw failed sends");
+        acknowledged
+    }
+}
+
+/// Idempotent sends: each partition holds exactly the acknowledged events, each at the
+/// sequence number its acknowledgement gave.
+pub(crate) async fn assert_exactly_acknowledged(
+    client: &Client,
+    hub: &str,
+    partitions: u32,
+    acknowledged: &[Acknowledged],
+) {
     let mut expected: BTreeMap<u32, BTreeMap<i64, String>> = BTreeMap::new();
-    for send in &acknowledged {
+    for send in acknowledged {
         let partition = expected.entry(send.partition).or_default();
         for (i, body) in send.bodies.iter().enumerate() {
             let sequence = send.first_sequence_number + i as i64;
@@ -191,9 +226,9 @@ async fn a_rolling_restart_under_continuous_sends_fails_no_send_and_loses_nothin
             );
         }
     }
-    for partition in 0..PARTITIONS {
+    for partition in 0..partitions {
         let expected = expected.remove(&partition).unwrap_or_default();
-        let stored = read_partition(&client, partition).await;
+        let stored = read_partition(client, hub, partition).await;
         assert_eq!(
             stored.len(),
             expected.len(),
@@ -211,10 +246,10 @@ async fn a_rolling_restart_under_continuous_sends_fails_no_send_and_loses_nothin
 
 /// Every event of `partition` from the earliest through the last enqueued, by sequence
 /// number.
-async fn read_partition(client: &Client, partition: u32) -> BTreeMap<i64, String> {
+async fn read_partition(client: &Client, hub: &str, partition: u32) -> BTreeMap<i64, String> {
     let partition_id = partition.to_string();
     let last = client
-        .get_partition_properties(HUB, &partition_id)
+        .get_partition_properties(hub, &partition_id)
         .await
         .unwrap()
         .last_enqueued_sequence_number;
@@ -224,7 +259,7 @@ async fn read_partition(client: &Client, partition: u32) -> BTreeMap<i64, String
     }
     let mut stream = client
         .consumer()
-        .receive(HUB, "", &partition_id, EventPosition::Earliest, 0)
+        .receive(hub, "", &partition_id, EventPosition::Earliest, 0)
         .await
         .unwrap();
     while events.last_key_value().is_none_or(|(s, _)| *s < last) {
@@ -260,7 +295,7 @@ fn drained(status: &ClusterStatus, id: u64) -> bool {
 
 /// Every node up and not draining, no partition under-replicated, and every partition led
 /// by its preferred (first) replica, where leadership settles.
-fn healthy(status: &ClusterStatus) -> bool {
+pub(crate) fn healthy(status: &ClusterStatus) -> bool {
     status.nodes.iter().all(|n| n.up && !n.draining)
         && status.under_replicated == 0
         && status.partitions.len() == PARTITIONS as usize
@@ -271,7 +306,11 @@ fn healthy(status: &ClusterStatus) -> bool {
 }
 
 /// Polls the cluster status (through `admin`) until `done` holds.
-async fn await_status(admin: &Client, what: &str, done: impl Fn(&ClusterStatus) -> bool) {
+pub(crate) async fn await_status(
+    admin: &Client,
+    what: &str,
+    done: impl Fn(&ClusterStatus) -> bool,
+) {
     let started = Instant::now();
     eventually(SETTLE_TIMEOUT, what, async || {
         match admin.cluster_status().await {
