@@ -3,6 +3,8 @@
 
 pub mod capture;
 pub mod flow;
+#[cfg(test)]
+mod golden_tests;
 pub mod planner;
 pub mod rules;
 pub mod state;

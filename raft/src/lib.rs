@@ -3,6 +3,8 @@
 //! openraft alpha bump should touch this crate only.
 
 mod coalesce;
+#[cfg(test)]
+mod golden_tests;
 mod host;
 mod log_store;
 mod member;

@@ -3,6 +3,8 @@
 pub mod appender;
 pub mod codec;
 pub mod compaction;
+#[cfg(test)]
+mod golden_tests;
 pub mod position;
 pub mod retention;
 pub mod state_machine;

@@ -70,9 +70,12 @@ fn decode_applied(bytes: &[u8]) -> io::Result<AppliedState> {
     }
     match postcard::from_bytes::<AppliedState>(bytes) {
         Ok(state) => Ok(state),
-        Err(err) => postcard::from_bytes::<AppliedStateV1>(bytes)
-            .map(AppliedState::from)
-            .map_err(|_| invalid(err)),
+        // The form before Capture, only if it is the whole value: a longer one is a state
+        // this release cannot read, not one to read in part.
+        Err(err) => match postcard::take_from_bytes::<AppliedStateV1>(bytes) {
+            Ok((old, [])) => Ok(AppliedState::from(old)),
+            _ => Err(invalid(err)),
+        },
     }
 }
 

@@ -45,7 +45,10 @@ async fn a_rolling_upgrade_from_the_previous_release_fails_no_send_and_raises_th
         return;
     };
     let dir = TestDir::new("rolling-upgrade");
-    let mut cluster = LocalCluster::start_with_binary(dir.path(), 3, &previous, &[]).await;
+    // Placement rounds (which raise the level once they may) five times a second, so many
+    // run while each upgraded node shares the cluster with older ones.
+    let env = [("TRIBUTARY_PLACEMENT_INTERVAL", "200ms")];
+    let mut cluster = LocalCluster::start_with_binary(dir.path(), 3, &previous, &env).await;
     let endpoints = cluster.endpoints();
     let admin = Client::connect(&endpoints[0]).await.unwrap();
     admin
@@ -90,8 +93,8 @@ async fn a_rolling_upgrade_from_the_previous_release_fails_no_send_and_raises_th
         let status = upgraded.cluster_status().await.unwrap();
         let releases: Vec<String> = status.nodes.iter().map(|n| n.release.clone()).collect();
         if index + 1 < count {
-            // Several placement rounds (which raise the level when they can) have passed
-            // while the cluster healed and the producer sent.
+            // Placement rounds (which raise the level when they can) have run while the
+            // cluster healed and the producer sent.
             assert_eq!(
                 status.feature_level, 1,
                 "the level rose while nodes run the previous release: {releases:?}"
