@@ -39,4 +39,5 @@ mod shutdown;
 mod signals;
 mod throughput;
 mod tls;
+mod upgrade_fixtures;
 mod watch;
