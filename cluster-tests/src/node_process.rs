@@ -126,13 +126,7 @@ impl NodeProcess {
         extra_args: &[String],
         env: &[(&str, &str)],
     ) -> NodeProcess {
-        let mut node = NodeProcess::new(data_dir, ports, extra_args);
-        node.env = env
-            .iter()
-            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
-            .collect();
-        node.spawn();
-        node
+        NodeProcess::launch_run(None, data_dir, ports, extra_args, env)
     }
 
     /// A node on these ports, not started yet.
@@ -166,8 +160,18 @@ impl NodeProcess {
         extra_args: &[String],
         env: &[(&str, &str)],
     ) -> NodeProcess {
+        NodeProcess::launch_run(Some(binary), data_dir, ports, extra_args, env)
+    }
+
+    fn launch_run(
+        binary: Option<&Path>,
+        data_dir: &Path,
+        ports: NodePorts,
+        extra_args: &[String],
+        env: &[(&str, &str)],
+    ) -> NodeProcess {
         let mut node = NodeProcess::new(data_dir, ports, extra_args);
-        node.binary = Some(binary.to_path_buf());
+        node.binary = binary.map(Path::to_path_buf);
         node.env = env
             .iter()
             .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))

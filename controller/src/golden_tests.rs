@@ -54,22 +54,7 @@ fn check<T, E>(
     T: Serialize + PartialEq + std::fmt::Debug,
     E: std::fmt::Display,
 {
-    for &version in versions {
-        golden::check(
-            &golden_dir(),
-            version,
-            name,
-            value,
-            |version, v| format::encode_as(version, v).expect("golden values encode"),
-            |bytes| {
-                let (read, _) = format::split(bytes).map_err(|e| e.to_string())?;
-                if read != version {
-                    return Err(format!("read as format {read}, not {version}"));
-                }
-                decode(bytes).map_err(|e| e.to_string())
-            },
-        );
-    }
+    golden::check_formats(&golden_dir(), name, value, versions, decode);
 }
 
 const EVERY_FORMAT: &[u8] = &[FORMAT_LEGACY, FORMAT_LATEST];

@@ -58,22 +58,13 @@ fn check<T>(name: &str, value: &T)
 where
     T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug,
 {
-    for version in [format::FORMAT_LEGACY, format::FORMAT_LATEST] {
-        golden::check(
-            &golden_dir(),
-            version,
-            name,
-            value,
-            |version, v| format::encode_as(version, v).expect("golden values encode"),
-            |bytes| {
-                let (read, _) = format::split(bytes).map_err(|e| e.to_string())?;
-                if read != version {
-                    return Err(format!("read as format {read}, not {version}"));
-                }
-                crate::decode(bytes).map_err(|e| e.to_string())
-            },
-        );
-    }
+    golden::check_formats(
+        &golden_dir(),
+        name,
+        value,
+        &[format::FORMAT_LEGACY, format::FORMAT_LATEST],
+        crate::decode::<T>,
+    );
 }
 
 fn log_id(term: u64, node: u64, index: u64) -> LogIdOf<TypeConfig> {

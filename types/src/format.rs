@@ -236,12 +236,19 @@ pub mod golden {
         );
     }
 
-    /// [`check`] for a type whose layout is the same in every format.
-    pub fn check_plain<T>(dir: &Path, name: &str, value: &T)
-    where
-        T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug,
+    /// [`check`] in each of `formats`, encoding with [`encode_as`] and reading each file
+    /// with `decode` (the type's own decoder) once its envelope says it is of that format.
+    pub fn check_formats<T, E>(
+        dir: &Path,
+        name: &str,
+        value: &T,
+        formats: &[u8],
+        decode: impl Fn(&[u8]) -> Result<T, E>,
+    ) where
+        T: Serialize + PartialEq + std::fmt::Debug,
+        E: std::fmt::Display,
     {
-        for format in [FORMAT_LEGACY, FORMAT_LATEST] {
+        for &format in formats {
             check(
                 dir,
                 format,
@@ -257,6 +264,20 @@ pub mod golden {
                 },
             );
         }
+    }
+
+    /// [`check_formats`] in every format, for a type whose layout is the same in all.
+    pub fn check_plain<T>(dir: &Path, name: &str, value: &T)
+    where
+        T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug,
+    {
+        check_formats(
+            dir,
+            name,
+            value,
+            &[FORMAT_LEGACY, FORMAT_LATEST],
+            decode::<T>,
+        );
     }
 }
 
