@@ -30,7 +30,7 @@ use tributary_cluster_tests::{
     eventually, free_port, http_get, output_within, root_connection_string, tributary_command,
 };
 use tributary_controller::state::{Command, HubSettings, NewHub};
-use tributary_controller::state_machine::encode_command;
+use tributary_controller::state_machine::{decode_result, encode_command};
 use tributary_proto::peer::cluster_client::ClusterClient;
 use tributary_proto::peer::node_status_client::NodeStatusClient;
 use tributary_proto::peer::propose_reply::Result as ProposeResult;
@@ -612,15 +612,14 @@ fn create_hub_command(name: &str) -> Bytes {
     }))
 }
 
-/// Panics unless a proposal's reply says the command ran: an encoded `Ok` (a postcard
-/// `Result`, variant 0 first).
+/// Panics unless a proposal's reply says the command ran: an encoded `Ok` (in whichever
+/// format the cluster writes).
 fn assert_command_ran(result: Option<ProposeResult>) {
     match result {
-        Some(ProposeResult::Reply(reply)) if reply.first() == Some(&0) => {}
-        Some(ProposeResult::Reply(reply)) => panic!(
-            "the command was refused: {}",
-            String::from_utf8_lossy(&reply)
-        ),
+        Some(ProposeResult::Reply(reply)) => match decode_result(&reply) {
+            Ok(Ok(_)) => {}
+            refused => panic!("the command was refused: {refused:?}"),
+        },
         other => panic!("the command did not run: {other:?}"),
     }
 }

@@ -1,0 +1,57 @@
+//! The AMQP 1.0 codec of the Event Hubs front end: pure code, no I/O.
+//!
+//! - [`Value`]: the AMQP type system, with an encoder that always writes a valid compact
+//!   form and a lenient decoder that never panics and bounds depth, counts and allocation.
+//! - [`read_frame`], [`write_frame`], [`write_performative`], [`ProtocolHeader`]: frames and
+//!   protocol headers.
+//! - [`Performative`] and [`decode_frame_body`]: the performatives as typed structs.
+//! - [`Message`], [`split_batch`], [`build_batch`]: message sections and Event Hubs batches.
+//!
+//! # Invariant: what we write, pyamqp can read
+//! azure-eventhub ≤ 5.15.1 indexes performative fields by position and mishandles some legal
+//! encodings (WIRE-PROTOCOLS A5). So every composite is written with all its fields, with a
+//! smallulong descriptor, never as `list0`, and an empty array is written as null. Decoding
+//! stays lenient, as the spec allows others (.NET, Java) to omit trailing fields.
+
+mod connection;
+mod constructor;
+mod decode;
+mod delivery_state;
+mod encode;
+mod error;
+mod fields;
+mod frame;
+mod ids;
+mod link;
+mod message;
+mod performative;
+mod sasl;
+mod terminus;
+mod types;
+
+#[cfg(test)]
+mod test_support;
+
+pub use connection::{Begin, Close, End, Open};
+pub use decode::MAX_DEPTH;
+pub use delivery_state::{AmqpError, DeliveryState, condition};
+pub use error::CodecError;
+pub use frame::{
+    FRAME_HEADER_BYTES, Frame, FrameType, HEARTBEAT, MIN_MAX_FRAME_SIZE_BYTES, ProtocolHeader,
+    ProtocolId, read_frame, write_frame, write_performative,
+};
+pub use ids::{Channel, DeliveryNumber, Handle, TransferNumber};
+pub use link::{
+    Attach, Detach, Disposition, Flow, ReceiverSettleMode, Role, SenderSettleMode, Transfer,
+};
+pub use message::{
+    ApplicationProperties, BATCH_MESSAGE_FORMAT, Body, Header, Message, MessageId, Properties,
+    build_batch, split_batch,
+};
+pub use performative::{Performative, decode_frame_body};
+pub use sasl::{SaslChallenge, SaslCode, SaslInit, SaslMechanisms, SaslOutcome, SaslResponse};
+pub use terminus::{
+    EXPIRY_POLICY_SESSION_END, SELECTOR_FILTER_CODE_APACHE, SELECTOR_FILTER_CODE_MICROSOFT,
+    SELECTOR_FILTER_NAME, Source, Target, TerminusDurability,
+};
+pub use types::{Array, Described, Fields, Map, Symbol, Value, ValueKind, map_get};
