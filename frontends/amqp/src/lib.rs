@@ -1,4 +1,4 @@
-//! The AMQP 1.0 codec of the Event Hubs front end: pure code, no I/O.
+//! AMQP 1.0 for the Event Hubs front end: a pure codec, and the server side of a connection.
 //!
 //! - [`Value`]: the AMQP type system, with an encoder that always writes a valid compact
 //!   form and a lenient decoder that never panics and bounds depth, counts and allocation.
@@ -6,6 +6,8 @@
 //!   protocol headers.
 //! - [`Performative`] and [`decode_frame_body`]: the performatives as typed structs.
 //! - [`Message`], [`split_batch`], [`build_batch`]: message sections and Event Hubs batches.
+//! - [`server`]: the server side of a connection over any async stream ([`serve_connection`]),
+//!   with `$cbs` and `$management`; the one part with I/O.
 //!
 //! # Invariant: what we write, pyamqp can read
 //! azure-eventhub ≤ 5.15.1 indexes performative fields by position and mishandles some legal
@@ -26,6 +28,7 @@ mod link;
 mod message;
 mod performative;
 mod sasl;
+pub mod server;
 mod terminus;
 mod types;
 
@@ -50,6 +53,10 @@ pub use message::{
 };
 pub use performative::{Performative, decode_frame_body};
 pub use sasl::{SaslChallenge, SaslCode, SaslInit, SaslMechanisms, SaslOutcome, SaslResponse};
+pub use server::{
+    Backend, BackendError, BackendErrorKind, ConnectionError, ConnectionLimits, HubProperties,
+    PartitionProperties, Rights, TokenGrant, serve_connection,
+};
 pub use terminus::{
     EXPIRY_POLICY_SESSION_END, SELECTOR_FILTER_CODE_APACHE, SELECTOR_FILTER_CODE_MICROSOFT,
     SELECTOR_FILTER_NAME, Source, Target, TerminusDurability,

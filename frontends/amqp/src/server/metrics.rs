@@ -1,0 +1,32 @@
+//! The connection's metrics: open connections, open links by kind, errors sent by condition.
+
+use metrics::{counter, gauge};
+
+/// Counts an open connection for as long as it lives.
+pub(crate) struct ConnectionGauge;
+
+impl ConnectionGauge {
+    pub(crate) fn open() -> ConnectionGauge {
+        gauge!("tributary_amqp_connections").increment(1.0);
+        ConnectionGauge
+    }
+}
+
+impl Drop for ConnectionGauge {
+    fn drop(&mut self) {
+        gauge!("tributary_amqp_connections").decrement(1.0);
+    }
+}
+
+pub(crate) fn link_attached(kind: &'static str) {
+    gauge!("tributary_amqp_links", "kind" => kind).increment(1.0);
+}
+
+pub(crate) fn link_detached(kind: &'static str) {
+    gauge!("tributary_amqp_links", "kind" => kind).decrement(1.0);
+}
+
+/// An error condition we sent in a close, end, detach, SASL outcome or status reply.
+pub(crate) fn error_sent(condition: &str) {
+    counter!("tributary_amqp_errors_total", "condition" => condition.to_owned()).increment(1);
+}

@@ -1,0 +1,110 @@
+//! The server side of one AMQP 1.0 connection in the Event Hubs dialect, over any async
+//! byte stream (TLS, if any, is terminated by the caller).
+//!
+//! - `handshake`: protocol headers and SASL (MSSBCBS, ANONYMOUS, PLAIN).
+//! - `connection`: open, the frame loop with its timers (idle, heartbeat, token expiry),
+//!   sessions, close.
+//! - `links`: attach routing, flow control, request reassembly, reply delivery.
+//! - `requests`: `$cbs` put-token and `$management` READ.
+//! - [`Backend`]: what the connection asks of the node (tokens, hub and partition properties).
+//!
+//! # Invariants
+//! - Everything we write is full length (WIRE-PROTOCOLS A5): the codec guarantees it.
+//! - Nothing the client sends can panic the task or grow memory without bound: frames are
+//!   capped by our max-frame-size, partial messages and queued replies by
+//!   [`ConnectionLimits::buffered_bytes_max`], queues per link by
+//!   [`ConnectionLimits::link_queue_max`], grants by [`ConnectionLimits::grants_max`].
+//! - One task owns the connection; backend calls are awaited in order, so a slow backend
+//!   slows only its own connection.
+//!
+//! Deliberately absent in this step: sender and receiver links to hubs. They are routed and
+//! authorized, then refused with `amqp:not-implemented`.
+
+mod address;
+mod backend;
+mod connection;
+mod error;
+mod grants;
+mod handshake;
+mod limits;
+mod links;
+mod metrics;
+mod requests;
+mod session;
+mod transport;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+
+pub use address::{Address, AddressError, covers, entity_path, parse_address};
+pub use backend::{
+    Backend, BackendError, BackendErrorKind, BackendFuture, HubProperties, PartitionProperties,
+    Right, Rights, TokenGrant,
+};
+pub use error::ConnectionError;
+pub use handshake::SASL_MECHANISMS;
+pub use limits::{ConnectionLimits, InvalidLimits};
+pub use requests::{JWT_TOKEN_TYPE, SAS_TOKEN_TYPE};
+
+use crate::connection::Close;
+use crate::frame::ProtocolHeader;
+use crate::ids::Channel;
+use connection::{Connection, fallback_open};
+use metrics::ConnectionGauge;
+use transport::Transport;
+
+/// Serves one AMQP connection until the client closes it (`Ok`) or it fails (`Err`, after a
+/// close frame carrying the error whenever the connection got as far as open).
+pub async fn serve_connection<S>(
+    io: S,
+    backend: Arc<dyn Backend>,
+    limits: ConnectionLimits,
+) -> Result<(), ConnectionError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let _gauge = ConnectionGauge::open();
+    let mut transport = Transport::new(io, limits.max_frame_size_bytes, limits.write_timeout());
+    let handshake_timeout = limits.handshake_timeout();
+    let handshake = async {
+        let admission = handshake::admit(&mut transport, &*backend).await?;
+        let opened =
+            Connection::open(&mut transport, backend.clone(), limits.clone(), admission).await;
+        if let Err(error) = &opened {
+            // The client has our AMQP header: a close needs an open before it.
+            if error.close_error().is_some() {
+                transport.push(Channel(0), &fallback_open(&limits).into(), &[]);
+            }
+        }
+        opened
+    };
+    let result = match tokio::time::timeout(handshake_timeout, handshake).await {
+        Err(_) => Err(ConnectionError::HandshakeTimeout {
+            timeout_ms: limits.handshake_timeout_ms,
+        }),
+        Ok(Err(error)) => Err(error),
+        Ok(Ok(mut connection)) => connection.run(&mut transport).await,
+    };
+    if let Err(error) = &result {
+        match error {
+            ConnectionError::NotAmqp(_) | ConnectionError::UnsupportedProtocol(_) => {
+                transport.push_bytes(&ProtocolHeader::AMQP.to_bytes());
+                tracing::info!(%error, "refusing a connection that does not speak AMQP 1.0");
+            }
+            _ => tracing::debug!(%error, "AMQP connection failed"),
+        }
+        if let Some(close_error) = error.close_error() {
+            self::metrics::error_sent(close_error.condition.as_str());
+            let close = Close {
+                error: Some(close_error),
+            };
+            transport.push(Channel(0), &close.into(), &[]);
+        }
+    }
+    transport.finish().await;
+    result
+}
