@@ -7,7 +7,8 @@
 //! - [`Performative`] and [`decode_frame_body`]: the performatives as typed structs.
 //! - [`Message`], [`split_batch`], [`build_batch`]: message sections and Event Hubs batches.
 //! - [`server`]: the server side of a connection over any async stream ([`serve_connection`]),
-//!   with `$cbs` and `$management`; the one part with I/O.
+//!   with `$cbs`, `$management`, and sender and receiver links to hubs; the one part with
+//!   I/O.
 //!
 //! # Invariant: what we write, pyamqp can read
 //! azure-eventhub ≤ 5.15.1 indexes performative fields by position and mishandles some legal

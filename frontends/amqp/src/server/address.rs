@@ -1,5 +1,5 @@
 //! Link addresses and CBS audiences as entity paths (WIRE-PROTOCOLS A1 "Server rule"): pure
-//! parsing, ready for the sender and receiver links of the next step.
+//! parsing.
 
 /// What a link address names.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,9 +1,12 @@
-//! What a connection asks of the rest of the node: SASL PLAIN credentials, tokens, and the
-//! properties of hubs and partitions. The node implements [`Backend`] over the broker; the
-//! tests implement it with fixed answers.
+//! What a connection asks of the rest of the node: SASL PLAIN credentials, tokens, the
+//! properties of hubs and partitions, sends and reads. The node implements [`Backend`] over
+//! the broker; the tests implement it with fixed answers.
 
 use futures::future::BoxFuture;
+use tokio::sync::mpsc;
 
+use super::event::{AmqpEvent, StoredEvent};
+use super::position::StartPosition;
 use crate::delivery_state::condition;
 
 /// A boxed future of a backend answer: `async fn` in a trait object needs a box, and the
@@ -44,6 +47,91 @@ pub trait Backend: Send + Sync + 'static {
         hub: &'a str,
         partition: &'a str,
     ) -> BackendFuture<'a, PartitionProperties>;
+
+    /// Appends `events` (one delivery: an event or a batch) to a partition of `hub` and
+    /// resolves once they are committed, or refuses them all.
+    ///
+    /// The connection keeps serving other links while the future is pending, so it owns
+    /// what it needs (`'static`). The call is the hand-off: a link's sends are called in
+    /// the order they arrived, so an implementation that must keep that order takes its
+    /// place in line (such as a partition's mailbox) before returning the future.
+    fn send(
+        &self,
+        grant: &TokenGrant,
+        hub: &str,
+        target: SendTarget,
+        events: Vec<AmqpEvent>,
+    ) -> BackendFuture<'static, SendOutcome>;
+
+    /// Opens a reader on a partition for a consumer group (checking owner level and the
+    /// reader limit, SPEC §3). The stream then carries the partition's events from
+    /// `request.start` on, in order, until it ends with an error (such as
+    /// [`BackendErrorKind::LinkStolen`]); the connection drops the stream when the link
+    /// goes, which must release the reader.
+    fn read(&self, grant: &TokenGrant, request: ReadRequest)
+    -> BackendFuture<'static, EventStream>;
+}
+
+/// Where a send goes (SPEC §2): key and partition id are exclusive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendTarget {
+    /// Neither: the service picks a partition.
+    RoundRobin,
+    /// `x-opt-partition-key`, hashed to a partition.
+    PartitionKey(String),
+    /// A `<hub>/Partitions/<id>` link.
+    PartitionId(String),
+}
+
+/// Where a committed send landed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendOutcome {
+    pub partition_id: String,
+    /// The sequence number of the delivery's first event.
+    pub first_sequence_number: tributary_types::SequenceNumber,
+}
+
+/// A receiver link's reader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadRequest {
+    pub hub: String,
+    pub consumer_group: String,
+    pub partition: String,
+    pub start: StartPosition,
+    /// `com.microsoft:epoch`: an epoch reader displaces readers of a lower or equal level.
+    pub owner_level: Option<i64>,
+    /// `com.microsoft:receiver-name`, for the texts of stolen-link and quota errors.
+    pub receiver_name: Option<String>,
+}
+
+/// One step of an [`EventStream`]: events in partition order, or why the reader ended.
+pub type EventBatch = Result<Vec<StoredEvent>, BackendError>;
+
+/// The events of an open reader: a bounded channel the backend fills. The connection takes
+/// a batch only while the link has credit for more, so a slow client slows its reader and
+/// holds no more than one batch beyond its credit.
+#[derive(Debug)]
+pub struct EventStream {
+    receiver: mpsc::Receiver<EventBatch>,
+}
+
+impl EventStream {
+    pub fn new(receiver: mpsc::Receiver<EventBatch>) -> EventStream {
+        EventStream { receiver }
+    }
+
+    /// A stream and the sender the backend fills, holding up to `capacity` batches.
+    pub fn channel(capacity: usize) -> (mpsc::Sender<EventBatch>, EventStream) {
+        let (sender, receiver) = mpsc::channel(capacity);
+        (sender, EventStream::new(receiver))
+    }
+
+    pub(crate) fn poll_next(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<EventBatch>> {
+        self.receiver.poll_recv(cx)
+    }
 }
 
 /// The shared-access rights a token or rule grants (SPEC §6; Manage implies both others).
@@ -105,6 +193,14 @@ pub enum BackendErrorKind {
     QuotaExceeded,
     /// 404: no such hub, consumer group or partition.
     NotFound,
+    /// 408: the commit did not come in time.
+    Timeout,
+    /// 410: a reader displaced by one of a higher (or equal) owner level.
+    LinkStolen,
+    /// 413: an event or batch above the size limit.
+    MessageSizeExceeded,
+    /// 400: a position past the end of the partition.
+    ArgumentOutOfRange,
     /// 500: a bug.
     Internal,
     /// 503: overloaded or not ready; the client backs off and retries.
@@ -130,6 +226,11 @@ impl BackendError {
     pub fn invalid_argument(description: impl Into<String>) -> BackendError {
         BackendError::new(BackendErrorKind::InvalidArgument, description)
     }
+
+    /// The AMQP error a rejected delivery or a detach carries.
+    pub fn to_amqp_error(&self) -> crate::delivery_state::AmqpError {
+        crate::delivery_state::AmqpError::new(self.kind.condition(), self.description.clone())
+    }
 }
 
 impl BackendErrorKind {
@@ -140,6 +241,10 @@ impl BackendErrorKind {
             BackendErrorKind::Unauthorized => 401,
             BackendErrorKind::QuotaExceeded => 403,
             BackendErrorKind::NotFound => 404,
+            BackendErrorKind::Timeout => 408,
+            BackendErrorKind::LinkStolen => 410,
+            BackendErrorKind::MessageSizeExceeded => 413,
+            BackendErrorKind::ArgumentOutOfRange => 400,
             BackendErrorKind::Internal => 500,
             BackendErrorKind::ServerBusy => 503,
         }
@@ -152,6 +257,10 @@ impl BackendErrorKind {
             BackendErrorKind::Unauthorized => condition::UNAUTHORIZED_ACCESS,
             BackendErrorKind::QuotaExceeded => condition::RESOURCE_LIMIT_EXCEEDED,
             BackendErrorKind::NotFound => condition::NOT_FOUND,
+            BackendErrorKind::Timeout => condition::TIMEOUT,
+            BackendErrorKind::LinkStolen => condition::LINK_STOLEN,
+            BackendErrorKind::MessageSizeExceeded => condition::MESSAGE_SIZE_EXCEEDED,
+            BackendErrorKind::ArgumentOutOfRange => condition::ARGUMENT_OUT_OF_RANGE,
             BackendErrorKind::Internal => condition::INTERNAL_ERROR,
             BackendErrorKind::ServerBusy => condition::SERVER_BUSY,
         }
@@ -210,6 +319,18 @@ mod tests {
                 "amqp:resource-limit-exceeded",
             ),
             (BackendErrorKind::NotFound, 404, "amqp:not-found"),
+            (BackendErrorKind::Timeout, 408, "com.microsoft:timeout"),
+            (BackendErrorKind::LinkStolen, 410, "amqp:link:stolen"),
+            (
+                BackendErrorKind::MessageSizeExceeded,
+                413,
+                "amqp:link:message-size-exceeded",
+            ),
+            (
+                BackendErrorKind::ArgumentOutOfRange,
+                400,
+                "com.microsoft:argument-out-of-range",
+            ),
             (BackendErrorKind::Internal, 500, "amqp:internal-error"),
             (
                 BackendErrorKind::ServerBusy,

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::{Instant, sleep_until};
 
@@ -12,6 +13,7 @@ use super::backend::Backend;
 use super::error::ConnectionError;
 use super::grants::Grants;
 use super::handshake::Admission;
+use super::hub_links::{OpeningReads, PendingSends, poll_readers};
 use super::limits::ConnectionLimits;
 use super::metrics;
 use super::session::Session;
@@ -45,6 +47,12 @@ pub(crate) struct Connection {
     pub(crate) buffered_bytes: usize,
     /// Frames to send, moved to the transport after each frame handled.
     pub(crate) out: Vec<u8>,
+    /// The id of the next link attached.
+    pub(crate) next_link_id: u64,
+    /// Sends awaiting the backend, bounded by `limits.pending_sends_max`.
+    pub(crate) sends: PendingSends,
+    /// Readers the backend is opening (one per receiver link at most).
+    pub(crate) opening: OpeningReads,
 }
 
 /// Whether the connection goes on after a frame.
@@ -121,15 +129,21 @@ impl Connection {
             grants,
             buffered_bytes: 0,
             out: Vec::new(),
+            next_link_id: 0,
+            sends: PendingSends::new(),
+            opening: OpeningReads::new(),
         })
     }
 
-    /// Serves frames until the client closes or something fails.
+    /// Serves frames until the client closes or something fails. Besides the client's
+    /// frames and the timers, the loop waits on the backend's answers to sends, on readers
+    /// being opened and on open readers' events, so none of them holds up the others.
     pub(crate) async fn run<S: AsyncRead + AsyncWrite + Unpin>(
         &mut self,
         transport: &mut Transport<S>,
     ) -> Result<(), ConnectionError> {
         let idle_limit = self.limits.idle_timeout() * 2;
+        let queue_max = self.limits.link_queue_max;
         loop {
             while let Some(frame) = transport.take_frame()? {
                 let step = self.handle_frame(frame).await;
@@ -143,6 +157,9 @@ impl Connection {
             let idle_deadline = transport.last_received + idle_limit;
             let heartbeat_at = self.heartbeat_interval.map(|i| transport.last_sent + i);
             let expiry_at = self.next_link_expiry();
+            let buffers_full = self.buffered_bytes >= self.limits.buffered_bytes_max;
+            let sessions = &mut self.sessions;
+            let readers = std::future::poll_fn(|cx| poll_readers(sessions, queue_max, cx));
             tokio::select! {
                 filled = transport.fill() => {
                     if filled? == Filled::Eof {
@@ -163,10 +180,21 @@ impl Connection {
                 }
                 () = sleep_until(expiry_at.unwrap_or(idle_deadline)), if expiry_at.is_some() => {
                     self.expire_links();
-                    transport.push_bytes(&self.out);
-                    self.out.clear();
+                }
+                Some(done) = self.sends.next(), if !self.sends.is_empty() => {
+                    self.send_done(done);
+                }
+                Some(opened) = self.opening.next(), if !self.opening.is_empty() => {
+                    self.read_opened(opened);
+                }
+                ready = readers, if !buffers_full => {
+                    for ready in ready {
+                        self.read_ready(ready);
+                    }
                 }
             }
+            transport.push_bytes(&self.out);
+            self.out.clear();
         }
     }
 

@@ -27,9 +27,20 @@ pub struct ConnectionLimits {
     pub session_window_frames: u32,
     /// The credit we grant on `$cbs` and `$management` request links.
     pub request_link_credit: u32,
-    /// The max-message-size we advertise and enforce on incoming deliveries.
+    /// The max-message-size we advertise and enforce on incoming deliveries (the node sets
+    /// it from `--publish-bytes-max`); a larger publication is rejected with
+    /// `amqp:link:message-size-exceeded`.
     pub max_message_size_bytes: u64,
-    /// Bytes of partial incoming deliveries and queued replies held for one connection.
+    /// The most link credit we grant on a hub sender link at a time.
+    pub sender_link_credit: u32,
+    /// Sends of one link handed to the backend and not yet committed. The credit we grant
+    /// never exceeds the room left, so a client within its credit meets this bound only
+    /// through pyamqp's over-credit sends, which are rejected with `server-busy`.
+    pub pending_sends_per_link_max: usize,
+    /// Sends of the whole connection handed to the backend and not yet committed.
+    pub pending_sends_max: usize,
+    /// Bytes of partial incoming deliveries, queued replies and events, and sends awaiting
+    /// their commit, held for one connection.
     pub buffered_bytes_max: usize,
     /// Replies queued on one link while the client gives no credit.
     pub link_queue_max: usize,
@@ -51,6 +62,9 @@ impl Default for ConnectionLimits {
             session_window_frames: 5_000,
             request_link_credit: 100,
             max_message_size_bytes: 1_048_576,
+            sender_link_credit: 1_000,
+            pending_sends_per_link_max: 1_000,
+            pending_sends_max: 4_000,
             buffered_bytes_max: 8 * 1_048_576,
             link_queue_max: 128,
             grants_max: 64,
@@ -114,6 +128,21 @@ impl ConnectionLimits {
                 "max_message_size_bytes",
                 self.max_message_size_bytes > 0,
                 "must be positive",
+            ),
+            (
+                "sender_link_credit",
+                self.sender_link_credit > 0,
+                "must be positive",
+            ),
+            (
+                "pending_sends_per_link_max",
+                self.pending_sends_per_link_max > 0,
+                "must be positive",
+            ),
+            (
+                "pending_sends_max",
+                self.pending_sends_max >= self.pending_sends_per_link_max,
+                "must be at least pending_sends_per_link_max",
             ),
             (
                 "buffered_bytes_max",

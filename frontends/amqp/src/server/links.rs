@@ -1,19 +1,21 @@
 //! Links: attach routing, detach, flow control, incoming requests and outgoing replies.
 //!
 //! `$cbs` and `$management` come as pairs: the client sends requests on one link and
-//! receives replies on the other. Hub and partition links are routed, authorized against
-//! the connection's CBS grants, and then refused with `amqp:not-implemented` until the next
-//! step serves them.
+//! receives replies on the other. Hub and partition links are routed and authorized against
+//! the connection's CBS grants here, and served in `hub_links.rs`.
 
 use bytes::Bytes;
 
 use super::address::{Address, parse_address};
-use super::backend::Right;
+use super::backend::{ReadRequest, Right, TokenGrant};
 use super::connection::{Connection, HANDLE_IN_USE, ILLEGAL_STATE, UNATTACHED_HANDLE, instant_at};
 use super::error::ConnectionError;
+use super::grants::LinkAuthorization;
+use super::hub_links::HubRoute;
 use super::metrics;
+use super::position::{StartPosition, parse_selector};
 use super::requests::{self, RequestContext};
-use super::session::{Link, LinkKind, Partial, Session};
+use super::session::{Dropped, Link, LinkKind, Partial, Session};
 use crate::delivery_state::{AmqpError, DeliveryState, condition};
 use crate::frame::{FRAME_HEADER_BYTES, write_performative};
 use crate::ids::{Channel, DeliveryNumber, Handle, TransferNumber};
@@ -22,6 +24,8 @@ use crate::link::{
 };
 use crate::message::Message;
 use crate::performative::Performative;
+use crate::terminus::Source;
+use crate::types::Value;
 
 impl Connection {
     pub(crate) fn attach(
@@ -50,25 +54,48 @@ impl Connection {
         } else {
             self.route(&attach)
         };
-        let kind = route.as_ref().map_or(LinkKind::Refused, |kind| *kind);
-        self.send(
-            channel,
-            reply_attach(&attach, self.limits.max_message_size_bytes).into(),
-            &[],
-        );
+        let kind = route.as_ref().map_or(LinkKind::Refused, |route| route.kind);
+        let mut reply = reply_attach(&attach, self.limits.max_message_size_bytes);
+        if let Ok(Route {
+            hub:
+                Some((
+                    HubRoute::Consume {
+                        runtime_metric: true,
+                        ..
+                    },
+                    ..,
+                )),
+            ..
+        }) = &route
+        {
+            reply
+                .offered_capabilities
+                .push(RUNTIME_METRIC_CAPABILITY.into());
+        }
+        self.send(channel, reply.into(), &[]);
         let target_address = attach.target.as_ref().and_then(|t| t.address.clone());
-        let mut link = Link::new(attach.name, kind, target_address);
+        let id = self.next_link_id;
+        self.next_link_id += 1;
+        let mut link = Link::new(id, attach.name, kind, target_address);
         match route {
             Err(error) => {
                 tracing::debug!(name = %link.name, condition = %error.condition, description = ?error.description, "refusing an AMQP link");
                 self.send_detach(channel, attach.handle, error);
             }
-            Ok(kind) => {
+            Ok(route) => {
                 if let Some(label) = kind.metric_label() {
                     metrics::link_attached(label);
                 }
+                if let Some((hub_route, authorization, grant)) = route.hub {
+                    link.authorization = Some(authorization);
+                    link.hub =
+                        Some(self.open_hub_link(channel, attach.handle, id, hub_route, &grant));
+                }
                 if kind.we_receive() {
-                    link.credit = self.limits.request_link_credit;
+                    link.credit = match kind {
+                        LinkKind::Publish => self.publish_credit(0),
+                        _ => self.limits.request_link_credit,
+                    };
                     let window = self.limits.session_window_frames;
                     let session = self.session_mut(channel, "attach")?;
                     let flow = link_flow(session, attach.handle, &link, window, false);
@@ -87,7 +114,7 @@ impl Connection {
     }
 
     /// What an attach is for, or why it is refused.
-    fn route(&self, attach: &Attach) -> Result<LinkKind, AmqpError> {
+    fn route(&self, attach: &Attach) -> Result<Route, AmqpError> {
         let client_sends = attach.role == Role::Sender;
         let address = if client_sends {
             attach.target.as_ref().and_then(|t| t.address.as_deref())
@@ -102,13 +129,37 @@ impl Connection {
         };
         let address = parse_address(address)
             .map_err(|error| AmqpError::new(condition::NOT_FOUND, error.to_string()))?;
-        let right = match (&address, client_sends) {
-            (Address::Cbs, true) => return Ok(LinkKind::CbsRequests),
-            (Address::Cbs, false) => return Ok(LinkKind::CbsReplies),
-            (Address::Management, true) => return Ok(LinkKind::ManagementRequests),
-            (Address::Management, false) => return Ok(LinkKind::ManagementReplies),
-            (Address::Hub { .. } | Address::Partition { .. }, true) => Right::Send,
-            (Address::ConsumerGroupPartition { .. }, false) => Right::Listen,
+        let path = address.entity_path();
+        let (right, hub_route) = match (address, client_sends) {
+            (Address::Cbs, true) => return Ok(Route::plain(LinkKind::CbsRequests)),
+            (Address::Cbs, false) => return Ok(Route::plain(LinkKind::CbsReplies)),
+            (Address::Management, true) => return Ok(Route::plain(LinkKind::ManagementRequests)),
+            (Address::Management, false) => return Ok(Route::plain(LinkKind::ManagementReplies)),
+            (Address::Hub { hub }, true) => (
+                Right::Send,
+                HubRoute::Publish {
+                    hub,
+                    partition: None,
+                },
+            ),
+            (Address::Partition { hub, partition }, true) => (
+                Right::Send,
+                HubRoute::Publish {
+                    hub,
+                    partition: Some(partition),
+                },
+            ),
+            (
+                Address::ConsumerGroupPartition {
+                    hub,
+                    consumer_group,
+                    partition,
+                },
+                false,
+            ) => (
+                Right::Listen,
+                consume_route(attach, hub, consumer_group, partition)?,
+            ),
             (_, true) => {
                 return Err(AmqpError::new(
                     condition::ARGUMENT_ERROR,
@@ -122,23 +173,28 @@ impl Connection {
                 ));
             }
         };
-        let path = address.entity_path();
         let now = self.backend.now_unix_ms();
-        if self.grants.covering(&path, right, now).is_none() {
+        let Some((audience_path, grant)) = self.grants.covering(&path, right, now) else {
             return Err(AmqpError::new(
                 condition::UNAUTHORIZED_ACCESS,
                 format!(
                     "no token on this connection grants {right:?} on '{path}'; put one on $cbs first"
                 ),
             ));
-        }
-        Err(AmqpError::new(
-            condition::NOT_IMPLEMENTED,
-            format!(
-                "{} links to event hubs are not yet served over AMQP",
-                if client_sends { "sender" } else { "receiver" }
-            ),
-        ))
+        };
+        let authorization = LinkAuthorization {
+            link_path: path.clone(),
+            right,
+            audience_path: audience_path.to_owned(),
+        };
+        let kind = match hub_route {
+            HubRoute::Publish { .. } => LinkKind::Publish,
+            HubRoute::Consume { .. } => LinkKind::Consume,
+        };
+        Ok(Route {
+            kind,
+            hub: Some((hub_route, authorization, grant.clone())),
+        })
     }
 
     pub(crate) fn detach(
@@ -273,9 +329,24 @@ impl Connection {
             bytes: Vec::new(),
             delivery_id: transfer.delivery_id.map(|id| id.0),
             settled: transfer.settled.unwrap_or(false),
+            message_format: transfer.message_format.unwrap_or(0),
+            dropped: None,
         });
         let message_bytes = partial.bytes.len() + payload.len();
-        if message_bytes as u64 > max_message_size_bytes {
+        let publish = link.kind == LinkKind::Publish;
+        let too_large = message_bytes as u64 > max_message_size_bytes;
+        let buffers_full = self.buffered_bytes + payload.len() > buffered_bytes_max;
+        if partial.dropped.is_some() {
+            // Dropped as it arrives; rejected when complete.
+        } else if publish && (too_large || buffers_full) {
+            self.buffered_bytes -= partial.bytes.len();
+            partial.bytes = Vec::new();
+            partial.dropped = Some(if too_large {
+                Dropped::TooLarge
+            } else {
+                Dropped::BuffersFull
+            });
+        } else if too_large {
             let error = AmqpError::new(
                 condition::MESSAGE_SIZE_EXCEEDED,
                 format!(
@@ -284,15 +355,15 @@ impl Connection {
             );
             self.send_detach(channel, handle, error);
             return Ok(());
-        }
-        if self.buffered_bytes + payload.len() > buffered_bytes_max {
+        } else if buffers_full {
             return Err(ConnectionError::protocol(
                 condition::RESOURCE_LIMIT_EXCEEDED,
                 format!("the connection buffers more than {buffered_bytes_max} bytes of messages"),
             ));
+        } else {
+            partial.bytes.extend_from_slice(&payload);
+            self.buffered_bytes += payload.len();
         }
-        partial.bytes.extend_from_slice(&payload);
-        self.buffered_bytes += payload.len();
         if transfer.more {
             return Ok(());
         }
@@ -303,8 +374,13 @@ impl Connection {
         link.delivery_count = link.delivery_count.wrapping_add(1);
         link.credit = link.credit.saturating_sub(1);
         let kind = link.kind;
-        self.deliver(channel, handle, kind, partial).await;
-        self.replenish_credit(channel, handle);
+        if kind == LinkKind::Publish {
+            self.publish(channel, handle, partial);
+            self.replenish_publish_credit(channel, handle);
+        } else {
+            self.deliver(channel, handle, kind, partial).await;
+            self.replenish_credit(channel, handle);
+        }
         Ok(())
     }
 
@@ -324,15 +400,7 @@ impl Connection {
                     error: Some(AmqpError::new(condition::DECODE_ERROR, error.to_string())),
                 },
             };
-            let disposition = Disposition {
-                role: Role::Receiver,
-                first: DeliveryNumber(id),
-                last: None,
-                settled: true,
-                state: Some(state),
-                batchable: false,
-            };
-            self.send(channel, disposition.into(), &[]);
+            self.settle(channel, id, state);
         }
         let request = match request {
             Ok(request) => request,
@@ -354,6 +422,19 @@ impl Connection {
             _ => return,
         };
         self.queue_reply(channel, kind, &request, reply);
+    }
+
+    /// Settles a delivery the client sent unsettled (pyamqp ignores unsettled dispositions).
+    pub(crate) fn settle(&mut self, channel: Channel, delivery_id: u32, state: DeliveryState) {
+        let disposition = Disposition {
+            role: Role::Receiver,
+            first: DeliveryNumber(delivery_id),
+            last: None,
+            settled: true,
+            state: Some(state),
+            batchable: false,
+        };
+        self.send(channel, disposition.into(), &[]);
     }
 
     /// Queues a reply on the session's reply link: the one whose target is the request's
@@ -529,6 +610,8 @@ fn forget(link: &mut Link, buffered_bytes: &mut usize) {
     }
     link.kind = LinkKind::Refused;
     link.authorization = None;
+    // Dropping a reader's stream releases it in the backend.
+    link.hub = None;
 }
 
 fn forget_partial(link: &mut Link, buffered_bytes: &mut usize) {
@@ -567,6 +650,79 @@ fn reply_attach(attach: &Attach, max_message_size_bytes: u64) -> Attach {
     }
 }
 
+/// What an attach is for: the link kind and, for hub links, what the link serves, what
+/// authorized it and the grant to act with.
+struct Route {
+    kind: LinkKind,
+    hub: Option<(HubRoute, LinkAuthorization, TokenGrant)>,
+}
+
+impl Route {
+    fn plain(kind: LinkKind) -> Route {
+        Route { kind, hub: None }
+    }
+}
+
+/// The link property carrying a receiver's owner level (a long).
+pub(crate) const EPOCH_PROPERTY: &str = "com.microsoft:epoch";
+/// The link property naming a receiver (.NET, JS).
+pub(crate) const RECEIVER_NAME_PROPERTY: &str = "com.microsoft:receiver-name";
+/// The desired capability asking for the runtime metric's delivery annotations.
+pub(crate) const RUNTIME_METRIC_CAPABILITY: &str = "com.microsoft:enable-receiver-runtime-metric";
+
+/// A receiver's reader request from its attach: the selector filter (none: latest), the
+/// owner level and name from the link properties, the runtime metric capability.
+fn consume_route(
+    attach: &Attach,
+    hub: String,
+    consumer_group: String,
+    partition: String,
+) -> Result<HubRoute, AmqpError> {
+    let start = match attach.source.as_ref().and_then(Source::selector_filter) {
+        Some(expression) => parse_selector(expression)
+            .map_err(|error| AmqpError::new(condition::ARGUMENT_ERROR, error.to_string()))?,
+        None => StartPosition::Latest,
+    };
+    let property = |name: &str| {
+        attach
+            .properties
+            .iter()
+            .flatten()
+            .find(|(key, _)| key.as_str() == name)
+            .map(|(_, value)| value)
+    };
+    let owner_level = match property(EPOCH_PROPERTY) {
+        None | Some(Value::Null) => None,
+        Some(value) => Some(value.as_i64().ok_or_else(|| {
+            AmqpError::new(
+                condition::ARGUMENT_ERROR,
+                format!(
+                    "{EPOCH_PROPERTY} must be a long, not a {}",
+                    value.kind().name()
+                ),
+            )
+        })?),
+    };
+    let receiver_name = property(RECEIVER_NAME_PROPERTY)
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let runtime_metric = attach
+        .desired_capabilities
+        .iter()
+        .any(|c| c.as_str() == RUNTIME_METRIC_CAPABILITY);
+    Ok(HubRoute::Consume {
+        request: ReadRequest {
+            hub,
+            consumer_group,
+            partition,
+            start,
+            owner_level,
+            receiver_name,
+        },
+        runtime_metric,
+    })
+}
+
 fn session_flow(session: &Session, window: u32) -> Flow {
     Flow {
         next_incoming_id: Some(TransferNumber(session.next_incoming_id)),
@@ -577,7 +733,13 @@ fn session_flow(session: &Session, window: u32) -> Flow {
     }
 }
 
-fn link_flow(session: &Session, handle: Handle, link: &Link, window: u32, drain: bool) -> Flow {
+pub(crate) fn link_flow(
+    session: &Session,
+    handle: Handle,
+    link: &Link,
+    window: u32,
+    drain: bool,
+) -> Flow {
     Flow {
         handle: Some(handle),
         delivery_count: Some(link.delivery_count),

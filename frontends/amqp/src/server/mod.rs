@@ -6,29 +6,41 @@
 //!   sessions, close.
 //! - `links`: attach routing, flow control, request reassembly, reply delivery.
 //! - `requests`: `$cbs` put-token and `$management` READ.
-//! - [`Backend`]: what the connection asks of the node (tokens, hub and partition properties).
+//! - `hub_links`: sender links (publishing) and receiver links (consuming) to hubs.
+//! - `event`: a published delivery as [`AmqpEvent`]s, a [`StoredEvent`] as the delivered
+//!   message; `record`: an `AmqpEvent` in the broker's record and back; `position`: the
+//!   selector filter as a [`StartPosition`] (all three pure).
+//! - [`Backend`]: what the connection asks of the node (tokens, hub and partition
+//!   properties, sends, readers).
 //!
 //! # Invariants
 //! - Everything we write is full length (WIRE-PROTOCOLS A5): the codec guarantees it.
 //! - Nothing the client sends can panic the task or grow memory without bound: frames are
-//!   capped by our max-frame-size, partial messages and queued replies by
-//!   [`ConnectionLimits::buffered_bytes_max`], queues per link by
-//!   [`ConnectionLimits::link_queue_max`], grants by [`ConnectionLimits::grants_max`].
-//! - One task owns the connection; backend calls are awaited in order, so a slow backend
-//!   slows only its own connection.
-//!
-//! Deliberately absent in this step: sender and receiver links to hubs. They are routed and
-//! authorized, then refused with `amqp:not-implemented`.
+//!   capped by our max-frame-size, partial messages, queued replies and events, and sends
+//!   awaiting their commit by [`ConnectionLimits::buffered_bytes_max`], queues per link by
+//!   [`ConnectionLimits::link_queue_max`], pending sends by
+//!   [`ConnectionLimits::pending_sends_per_link_max`] and
+//!   [`ConnectionLimits::pending_sends_max`], grants by [`ConnectionLimits::grants_max`].
+//! - One task owns the connection. `$cbs` and `$management` requests are answered in
+//!   order, awaiting the backend; sends and readers never hold up the frame loop: their
+//!   futures and streams are polled by the loop beside the socket and the timers, so a slow
+//!   commit delays only its own delivery's disposition.
+//! - A link's sends reach the backend in the order they arrived; their dispositions go out
+//!   as the backend answers, which may be in another order.
 
 mod address;
 mod backend;
 mod connection;
 mod error;
+mod event;
 mod grants;
 mod handshake;
+mod hub_links;
 mod limits;
 mod links;
 mod metrics;
+mod position;
+mod record;
 mod requests;
 mod session;
 mod transport;
@@ -42,12 +54,18 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use address::{Address, AddressError, covers, entity_path, parse_address};
 pub use backend::{
-    Backend, BackendError, BackendErrorKind, BackendFuture, HubProperties, PartitionProperties,
-    Right, Rights, TokenGrant,
+    Backend, BackendError, BackendErrorKind, BackendFuture, EventBatch, EventStream, HubProperties,
+    PartitionProperties, ReadRequest, Right, Rights, SendOutcome, SendTarget, TokenGrant,
 };
 pub use error::ConnectionError;
+pub use event::{
+    AmqpEvent, ENQUEUED_TIME_ANNOTATION, EventBody, LastEnqueued, OFFSET_ANNOTATION,
+    PARTITION_KEY_ANNOTATION, SEQUENCE_NUMBER_ANNOTATION, SYSTEM_ANNOTATIONS, StoredEvent,
+};
 pub use handshake::SASL_MECHANISMS;
 pub use limits::{ConnectionLimits, InvalidLimits};
+pub use position::{InvalidFilter, StartPosition, parse_selector};
+pub use record::{AMQP_EXTRAS_PROPERTY, EventProperty, EventRecordParts};
 pub use requests::{JWT_TOKEN_TYPE, SAS_TOKEN_TYPE};
 
 use crate::connection::Close;

@@ -8,6 +8,7 @@ use std::collections::{HashMap, VecDeque};
 
 use bytes::Bytes;
 
+use super::backend::EventStream;
 use super::grants::LinkAuthorization;
 use crate::ids::Handle;
 
@@ -35,11 +36,18 @@ pub(crate) enum LinkKind {
     CbsReplies,
     ManagementRequests,
     ManagementReplies,
+    /// The client publishes to a hub or a partition; we receive.
+    Publish,
+    /// We deliver a partition's events to the client.
+    Consume,
     /// Refused: we sent detach and await the client's.
     Refused,
 }
 
 pub(crate) struct Link {
+    /// Unique on the connection: a handle is reused after a detach, and a send or read
+    /// that completes later must not land on the new link.
+    pub(crate) id: u64,
     pub(crate) name: String,
     pub(crate) kind: LinkKind,
     /// The target address of a link we send on, for routing replies by `reply-to`.
@@ -55,6 +63,25 @@ pub(crate) struct Link {
     pub(crate) next_tag: u64,
     /// Set for links authorized by a CBS grant; `$cbs` and `$management` need none.
     pub(crate) authorization: Option<LinkAuthorization>,
+    /// The state of a hub link.
+    pub(crate) hub: Option<HubLink>,
+}
+
+/// What a hub link needs beyond the common state.
+pub(crate) enum HubLink {
+    Publish {
+        hub: String,
+        /// Set for a `<hub>/Partitions/<id>` link.
+        partition: Option<String>,
+        /// Sends handed to the backend and not yet answered.
+        pending_sends: usize,
+    },
+    Consume {
+        /// Deliver the runtime metric's delivery annotations.
+        runtime_metric: bool,
+        /// `None` while the backend opens the reader.
+        stream: Option<EventStream>,
+    },
 }
 
 /// A delivery whose frames are still arriving.
@@ -62,6 +89,19 @@ pub(crate) struct Partial {
     pub(crate) bytes: Vec<u8>,
     pub(crate) delivery_id: Option<u32>,
     pub(crate) settled: bool,
+    pub(crate) message_format: u32,
+    /// Why a publish delivery's bytes are dropped as they arrive; it is rejected when
+    /// complete, and the link goes on.
+    pub(crate) dropped: Option<Dropped>,
+}
+
+/// Why a delivery on a publish link is refused before it is complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dropped {
+    /// It grew past max-message-size.
+    TooLarge,
+    /// The connection's buffers (mostly sends awaiting their commit) are full.
+    BuffersFull,
 }
 
 impl Session {
@@ -102,7 +142,10 @@ impl Session {
 impl LinkKind {
     /// True when the client sends on the link and we receive.
     pub(crate) fn we_receive(self) -> bool {
-        matches!(self, LinkKind::CbsRequests | LinkKind::ManagementRequests)
+        matches!(
+            self,
+            LinkKind::CbsRequests | LinkKind::ManagementRequests | LinkKind::Publish
+        )
     }
 
     /// The label of the `tributary_amqp_links` gauge; `None` for links not counted.
@@ -110,6 +153,8 @@ impl LinkKind {
         match self {
             LinkKind::CbsRequests | LinkKind::CbsReplies => Some("cbs"),
             LinkKind::ManagementRequests | LinkKind::ManagementReplies => Some("management"),
+            LinkKind::Publish => Some("send"),
+            LinkKind::Consume => Some("receive"),
             LinkKind::Refused => None,
         }
     }
@@ -125,8 +170,14 @@ impl LinkKind {
 }
 
 impl Link {
-    pub(crate) fn new(name: String, kind: LinkKind, target_address: Option<String>) -> Link {
+    pub(crate) fn new(
+        id: u64,
+        name: String,
+        kind: LinkKind,
+        target_address: Option<String>,
+    ) -> Link {
         Link {
+            id,
             name,
             kind,
             target_address,
@@ -136,6 +187,7 @@ impl Link {
             queue: VecDeque::new(),
             next_tag: 0,
             authorization: None,
+            hub: None,
         }
     }
 
@@ -175,7 +227,7 @@ mod tests {
 
     #[test]
     fn send_credit_subtracts_what_is_in_flight() {
-        let mut link = Link::new("l".into(), LinkKind::CbsReplies, None);
+        let mut link = Link::new(0, "l".into(), LinkKind::CbsReplies, None);
         link.update_send_credit(None, 300);
         assert_eq!(link.credit, 300);
         link.delivery_count = 5;

@@ -1,16 +1,20 @@
 //! A scripted AMQP client written with the codec, and a backend with fixed answers: the
 //! helpers of the server tests, so an API change touches one place.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tributary_types::SequenceNumber;
 
 use crate::server::{
-    Backend, BackendError, BackendFuture, ConnectionError, ConnectionLimits, HubProperties,
-    PartitionProperties, Rights, TokenGrant, serve_connection,
+    AmqpEvent, Backend, BackendError, BackendFuture, ConnectionError, ConnectionLimits, EventBatch,
+    EventStream, HubProperties, PartitionProperties, ReadRequest, Rights, SendOutcome, SendTarget,
+    TokenGrant, serve_connection,
 };
 use crate::*;
 
@@ -21,16 +25,56 @@ pub(super) const START_UNIX_MS: i64 = 1_767_225_600_000;
 pub(super) const TOKEN_LIFETIME_MS: i64 = 3_600_000;
 
 /// Knows the hub `hub` with partitions 0 and 1, the token [`GOOD_TOKEN`] and the PLAIN user
-/// `rule` with key `key`. Its clock follows tokio's (paused in tests).
+/// `rule` with key `key`. Its clock follows tokio's (paused in tests). It records sends and
+/// answers them as [`FakeBackend::send_answer`] says; readers it opens are fed by the test
+/// through [`FakeBackend::readers`].
 pub(super) struct FakeBackend {
     start: Instant,
+    /// Every send, in the order the connection called `send`.
+    pub(super) sends: Mutex<Vec<SentCall>>,
+    pub(super) send_answer: Mutex<SendAnswer>,
+    /// Every reader opened, with the sender that feeds its stream.
+    pub(super) readers: Mutex<Vec<(ReadRequest, mpsc::Sender<EventBatch>)>>,
+}
+
+/// One call of `send`.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct SentCall {
+    pub(super) hub: String,
+    pub(super) target: SendTarget,
+    pub(super) events: Vec<AmqpEvent>,
+}
+
+/// How the fake answers sends.
+#[derive(Debug, Clone)]
+pub(super) enum SendAnswer {
+    Commit,
+    /// Commits after this long (on tokio's clock).
+    CommitAfter(Duration),
+    Refuse(BackendError),
 }
 
 impl FakeBackend {
     pub(super) fn new() -> Arc<FakeBackend> {
         Arc::new(FakeBackend {
             start: Instant::now(),
+            sends: Mutex::new(Vec::new()),
+            send_answer: Mutex::new(SendAnswer::Commit),
+            readers: Mutex::new(Vec::new()),
         })
+    }
+
+    pub(super) fn answer_sends(&self, answer: SendAnswer) {
+        *self.send_answer.lock().unwrap() = answer;
+    }
+
+    pub(super) fn sent(&self) -> Vec<SentCall> {
+        self.sends.lock().unwrap().clone()
+    }
+
+    /// The feeding end of the `index`th reader opened.
+    pub(super) fn reader(&self, index: usize) -> (ReadRequest, mpsc::Sender<EventBatch>) {
+        self.readers.lock().unwrap()[index].clone()
     }
 
     fn grant(&self) -> TokenGrant {
@@ -113,6 +157,63 @@ impl Backend for FakeBackend {
             })
         })
     }
+
+    fn send(
+        &self,
+        _grant: &TokenGrant,
+        hub: &str,
+        target: SendTarget,
+        events: Vec<AmqpEvent>,
+    ) -> BackendFuture<'static, SendOutcome> {
+        let mut sends = self.sends.lock().unwrap();
+        let first_sequence_number = SequenceNumber(sends.len() as i64);
+        let partition_id = match &target {
+            SendTarget::PartitionId(id) => id.clone(),
+            _ => "0".to_owned(),
+        };
+        sends.push(SentCall {
+            hub: hub.to_owned(),
+            target,
+            events,
+        });
+        let answer = self.send_answer.lock().unwrap().clone();
+        Box::pin(async move {
+            let outcome = SendOutcome {
+                partition_id,
+                first_sequence_number,
+            };
+            match answer {
+                SendAnswer::Commit => Ok(outcome),
+                SendAnswer::CommitAfter(delay) => {
+                    tokio::time::sleep(delay).await;
+                    Ok(outcome)
+                }
+                SendAnswer::Refuse(error) => Err(error),
+            }
+        })
+    }
+
+    fn read(
+        &self,
+        _grant: &TokenGrant,
+        request: ReadRequest,
+    ) -> BackendFuture<'static, EventStream> {
+        let known = request.hub.eq_ignore_ascii_case("hub")
+            && ["0", "1"].contains(&request.partition.as_str());
+        let (sender, stream) = EventStream::channel(8);
+        if known {
+            self.readers.lock().unwrap().push((request.clone(), sender));
+        }
+        Box::pin(async move {
+            if !known {
+                return Err(BackendError::not_found(format!(
+                    "The messaging entity '{}/Partitions/{}' could not be found",
+                    request.hub, request.partition
+                )));
+            }
+            Ok(stream)
+        })
+    }
 }
 
 /// A frame the server sent, with the field count of its list on the wire.
@@ -121,6 +222,8 @@ pub(super) struct Received {
     pub(super) channel: Channel,
     pub(super) performative: Performative,
     pub(super) payload: Bytes,
+    /// The frame's size on the wire.
+    pub(super) frame_bytes: usize,
 }
 
 /// A client over an in-memory stream; frames are buffered by `write` and sent by `flush`,
@@ -135,8 +238,17 @@ pub(super) struct TestClient {
 pub(super) type Server = JoinHandle<Result<(), ConnectionError>>;
 
 pub(super) fn start(limits: ConnectionLimits) -> (TestClient, Server) {
+    let (client, server, _) = start_with_backend(limits);
+    (client, server)
+}
+
+/// [`start`], keeping the fake backend for the test to drive.
+pub(super) fn start_with_backend(
+    limits: ConnectionLimits,
+) -> (TestClient, Server, Arc<FakeBackend>) {
     let (client, server) = tokio::io::duplex(1 << 20);
-    let backend: Arc<dyn Backend> = FakeBackend::new();
+    let fake = FakeBackend::new();
+    let backend: Arc<dyn Backend> = fake.clone();
     let task = tokio::spawn(serve_connection(server, backend, limits));
     let client = TestClient {
         io: client,
@@ -144,7 +256,7 @@ pub(super) fn start(limits: ConnectionLimits) -> (TestClient, Server) {
         pending: Vec::new(),
         next_delivery_id: 0,
     };
-    (client, task)
+    (client, task, fake)
 }
 
 /// The field count A5 requires of every performative (by descriptor code).
@@ -235,11 +347,13 @@ impl TestClient {
                 }
                 assert_full_length(&frame.body);
                 let channel = frame.channel;
+                let frame_bytes = FRAME_HEADER_BYTES + frame.body.len();
                 let (performative, payload) = decode_frame_body(frame.body).unwrap();
                 return Some(Received {
                     channel,
                     performative,
                     payload,
+                    frame_bytes,
                 });
             }
             assert!(self.fill().await, "EOF before a frame");
@@ -313,13 +427,22 @@ impl TestClient {
 
     /// pyamqp's pipelined start: AMQP header, open and begin on channel 1 (not flushed).
     pub(super) fn write_open_and_begin(&mut self, idle_timeout_ms: Option<u32>) {
+        self.write_open_and_begin_with(idle_timeout_ms, 1 << 20);
+    }
+
+    /// [`TestClient::write_open_and_begin`] with our max-frame-size.
+    pub(super) fn write_open_and_begin_with(
+        &mut self,
+        idle_timeout_ms: Option<u32>,
+        max_frame_size_bytes: u32,
+    ) {
         self.write_bytes(&ProtocolHeader::AMQP.to_bytes());
         self.write(
             0,
             Open {
                 container_id: "eventhub.pysdk-0a1b2c3d".into(),
                 hostname: Some(HOST.into()),
-                max_frame_size_bytes: 1 << 20,
+                max_frame_size_bytes,
                 channel_max: 65535,
                 idle_timeout_ms,
                 properties: Some(vec![(
@@ -423,27 +546,102 @@ impl TestClient {
 
     /// Sends a request message on `handle` of session 1, unsettled.
     pub(super) fn write_request(&mut self, handle: u32, message: &Message) {
+        self.write_delivery(handle, 0, false, &[&message.to_bytes()]);
+    }
+
+    /// Sends one delivery on `handle` of session 1 in as many transfer frames as `frames`
+    /// has parts (only the first carries id and tag); returns its delivery id.
+    pub(super) fn write_delivery(
+        &mut self,
+        handle: u32,
+        message_format: u32,
+        settled: bool,
+        frames: &[&[u8]],
+    ) -> u32 {
         let id = self.next_delivery_id;
         self.next_delivery_id += 1;
-        let transfer = Transfer {
-            handle: Handle(handle),
-            delivery_id: Some(DeliveryNumber(id)),
-            delivery_tag: Some(Bytes::copy_from_slice(&id.to_be_bytes())),
-            message_format: Some(0),
-            settled: Some(false),
-            more: false,
-            rcv_settle_mode: None,
-            state: None,
-            resume: false,
-            aborted: false,
-            batchable: false,
+        for (index, part) in frames.iter().enumerate() {
+            let first = index == 0;
+            let transfer = Transfer {
+                handle: Handle(handle),
+                delivery_id: first.then_some(DeliveryNumber(id)),
+                delivery_tag: first.then(|| Bytes::copy_from_slice(&id.to_be_bytes())),
+                message_format: first.then_some(message_format),
+                settled: first.then_some(settled),
+                more: index + 1 < frames.len(),
+                rcv_settle_mode: None,
+                state: None,
+                resume: false,
+                aborted: false,
+                batchable: false,
+            };
+            write_performative(&mut self.pending, Channel(1), &transfer.into(), part);
+        }
+        id
+    }
+
+    /// Attaches a sender link to `address` on `handle` and reads our attach and the flow
+    /// granting credit; returns both.
+    pub(super) async fn attach_sender(&mut self, handle: u32, address: &str) -> (Attach, Flow) {
+        self.write(1, attach("sender", handle, Role::Sender, address));
+        self.flush().await;
+        let reply = self.read_attach(Handle(handle)).await;
+        let Performative::Flow(flow) = self.read().await.performative else {
+            panic!("expected the flow granting credit")
         };
-        write_performative(
-            &mut self.pending,
-            Channel(1),
-            &transfer.into(),
-            &message.to_bytes(),
+        assert_eq!(flow.handle, Some(Handle(handle)));
+        (reply, flow)
+    }
+
+    /// The next disposition.
+    pub(super) async fn read_disposition(&mut self) -> Disposition {
+        let received = self.read().await;
+        let Performative::Disposition(disposition) = received.performative else {
+            panic!("expected disposition, got {:?}", received.performative)
+        };
+        assert!(disposition.settled);
+        disposition
+    }
+
+    /// Gives `credit` on link `handle` (delivery-count as the server last said).
+    pub(super) fn write_flow(&mut self, handle: u32, delivery_count: u32, credit: u32, echo: bool) {
+        self.write(
+            1,
+            Flow {
+                next_incoming_id: Some(TransferNumber(0)),
+                incoming_window: 65536,
+                next_outgoing_id: TransferNumber(self.next_delivery_id),
+                outgoing_window: 65536,
+                handle: Some(Handle(handle)),
+                delivery_count: Some(delivery_count),
+                link_credit: Some(credit),
+                echo,
+                ..Flow::default()
+            },
         );
+    }
+
+    /// Reads one delivery's transfers and decodes the message; returns the first transfer
+    /// and how many frames it took.
+    pub(super) async fn read_delivery(&mut self) -> (Transfer, Message, usize) {
+        let mut payload = BytesMut::new();
+        let mut first = None;
+        let mut frames = 0;
+        loop {
+            let received = self.read().await;
+            let Performative::Transfer(transfer) = received.performative else {
+                panic!("expected transfer, got {:?}", received.performative)
+            };
+            frames += 1;
+            payload.extend_from_slice(&received.payload);
+            let more = transfer.more;
+            first.get_or_insert(transfer);
+            if !more {
+                break;
+            }
+        }
+        let message = Message::decode(payload.freeze()).unwrap();
+        (first.unwrap(), message, frames)
     }
 
     /// Reads the disposition settling a request and the reply transfer on `reply_handle`.

@@ -1,6 +1,8 @@
 //! End-to-end tests of `serve_connection` over an in-memory stream, one behaviour each.
 
 mod client;
+mod consume;
+mod publish;
 
 use std::time::Duration;
 
@@ -23,7 +25,24 @@ fn status(reply: &Message) -> (Value, Value) {
 
 /// SASL ANONYMOUS, then header, open, begin and the `$cbs` pair pipelined, then put-token.
 async fn connect_with_cbs(token: &str) -> (TestClient, Server, Message) {
-    let (mut client, server) = start(ConnectionLimits::default());
+    let (client, server, _, reply) = connect_with_cbs_as(ConnectionLimits::default(), token).await;
+    (client, server, reply)
+}
+
+/// [`connect_with_cbs`] with a good token, returning the backend; the put-token succeeded.
+async fn connect_with_cbs_limits(
+    limits: ConnectionLimits,
+) -> (TestClient, Server, std::sync::Arc<FakeBackend>) {
+    let (client, server, backend, reply) = connect_with_cbs_as(limits, GOOD_TOKEN).await;
+    assert_eq!(status(&reply).0, Value::Int(202));
+    (client, server, backend)
+}
+
+async fn connect_with_cbs_as(
+    limits: ConnectionLimits,
+    token: &str,
+) -> (TestClient, Server, std::sync::Arc<FakeBackend>, Message) {
+    let (mut client, server, backend) = start_with_backend(limits);
     assert_eq!(client.sasl("ANONYMOUS", None).await, SaslCode::Ok);
     client.write_open_and_begin(None);
     client.write_attach_pair("$cbs", 0);
@@ -33,7 +52,7 @@ async fn connect_with_cbs(token: &str) -> (TestClient, Server, Message) {
     client.write_request(1, &put_token(CBS_ID, token));
     client.flush().await;
     let reply = client.read_reply(0).await;
-    (client, server, reply)
+    (client, server, backend, reply)
 }
 
 async fn attach_management(client: &mut TestClient) {
@@ -191,20 +210,20 @@ async fn a_wrong_token_gets_401_and_a_read_without_grant_401() {
 }
 
 #[tokio::test]
-async fn hub_links_are_echoed_then_detached() {
+async fn hub_links_that_cannot_be_served_are_echoed_then_detached() {
     let (mut client, server, _) = connect_with_cbs(GOOD_TOKEN).await;
     let cases = [
         (
             4,
-            Role::Sender,
-            "amqps://ns.example.com/hub",
-            "amqp:not-implemented",
+            Role::Receiver,
+            "amqps://ns.example.com/hub/ConsumerGroups/$Default/Partitions/9",
+            "amqp:not-found",
         ),
         (
             5,
             Role::Receiver,
-            "amqps://ns.example.com/hub/ConsumerGroups/$Default/Partitions/0",
-            "amqp:not-implemented",
+            "amqps://ns.example.com/other/ConsumerGroups/$Default/Partitions/0",
+            "amqp:unauthorized-access",
         ),
         (
             6,
