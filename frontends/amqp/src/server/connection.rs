@@ -1,7 +1,7 @@
 //! One open connection: the frame loop, its timers, and the connection and session
 //! performatives (open, begin, end, close). Links are in `links.rs`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +41,10 @@ pub(crate) struct Connection {
     pub(crate) peer_max_frame_size_bytes: u32,
     heartbeat_interval: Option<Duration>,
     pub(crate) sessions: HashMap<Channel, Session>,
+    /// Channels whose session the client ended: pyamqp still sends detaches on them
+    /// afterwards (its CBS links, just before close), which are ignored rather than taken
+    /// for a protocol violation. At most one per channel, so bounded by channel-max.
+    ended: HashSet<Channel>,
     pub(crate) grants: Grants,
     /// Bytes of partial incoming deliveries and queued replies, bounded by
     /// `limits.buffered_bytes_max`.
@@ -126,6 +130,7 @@ impl Connection {
             peer_max_frame_size_bytes,
             heartbeat_interval,
             sessions: HashMap::new(),
+            ended: HashSet::new(),
             grants,
             buffered_bytes: 0,
             out: Vec::new(),
@@ -202,6 +207,24 @@ impl Connection {
         let Some((channel, performative, payload)) = decode_amqp(frame)? else {
             return Ok(Step::Continue);
         };
+        if self.ended.contains(&channel)
+            && matches!(
+                performative,
+                Performative::Attach(_)
+                    | Performative::Detach(_)
+                    | Performative::Flow(_)
+                    | Performative::Transfer(_)
+                    | Performative::Disposition(_)
+                    | Performative::End(_)
+            )
+        {
+            tracing::debug!(
+                channel = channel.0,
+                frame = performative.name(),
+                "ignoring a frame on a session the client ended"
+            );
+            return Ok(Step::Continue);
+        }
         match performative {
             Performative::Begin(begin) => self.begin(channel, begin)?,
             Performative::End(end) => self.end(channel, end),
@@ -250,6 +273,7 @@ impl Connection {
                 format!("begin on channel {}, which has a session", channel.0),
             ));
         }
+        self.ended.remove(&channel);
         let window = self.limits.session_window_frames;
         let mut session = Session::new(window);
         session.next_incoming_id = begin.next_outgoing_id.0;
@@ -291,6 +315,7 @@ impl Connection {
         for link in session.links.values() {
             self.forget_link(link);
         }
+        self.ended.insert(channel);
         if !session.ending {
             self.send_end(channel, None);
         }

@@ -60,7 +60,13 @@ pub(crate) async fn put_token(context: RequestContext<'_>, request: &Message) ->
     .await;
     match outcome {
         Ok(()) => reply(request, 202, "Accepted", None),
-        Err(error) => error_reply(request, &error),
+        // No `error-condition` here: pyamqp's CBS handler stops reading a reply that has
+        // one before it takes the status code and description, and then tells its user only
+        // "Status code: None" instead of why the token was refused.
+        Err(error) => {
+            metrics::error_sent(error.kind.condition());
+            reply(request, error.kind.status_code(), &error.description, None)
+        }
     }
 }
 
