@@ -36,6 +36,10 @@ pub enum Scope<'a> {
     Namespace,
     /// One event hub.
     Hub(&'a str),
+    /// An entity within a hub, such as `consumergroups/$Default/partitions/0`: a token for
+    /// the hub or for any path above the entity (a consumer group, as the Azure SDKs'
+    /// consumers present) covers it.
+    HubPath(&'a str, &'a str),
 }
 
 /// The check every call makes. Cheap to clone.
@@ -86,6 +90,20 @@ impl Auth {
         })
     }
 
+    /// What `credential` grants on `scope` now: refused as [`Auth::check`] refuses a token
+    /// that is not valid there; otherwise the rights among Send, Listen and Manage it would
+    /// pass the check for (every right when authorization is off).
+    pub fn granted(&self, credential: &Credential, scope: Scope<'_>) -> Result<Rights, Error> {
+        if !self.enabled {
+            return Ok(Rights::MANAGE.effective());
+        }
+        self.check(credential, scope, Rights::NONE)?;
+        Ok([Rights::SEND, Rights::LISTEN, Rights::MANAGE]
+            .into_iter()
+            .filter(|right| self.verify(credential, scope, *right).is_ok())
+            .fold(Rights::NONE, Rights::union))
+    }
+
     fn verify(
         &self,
         credential: &Credential,
@@ -102,6 +120,7 @@ impl Auth {
         let target = match scope {
             Scope::Namespace => format!("sb://{host}/"),
             Scope::Hub(hub) => format!("sb://{host}/{hub}"),
+            Scope::HubPath(hub, path) => format!("sb://{host}/{hub}/{path}"),
         };
         let hub_rules = token_hub
             .and_then(|name| {

@@ -29,12 +29,15 @@ pub const PEER_ADDR_ENV: &str = "TRIBUTARY_PEER_ADDR";
 /// Log lines shown when a node fails or a test panics.
 const LOG_TAIL_LINES: usize = 40;
 
-/// The three ports of a node.
+/// The ports of a node: client, HTTP and peer, and AMQP in plain text and over TLS (the
+/// latter used only when the node has a client certificate).
 #[derive(Debug, Clone, Copy)]
 pub struct NodePorts {
     pub client: u16,
     pub http: u16,
     pub peer: u16,
+    pub amqp: u16,
+    pub amqps: u16,
 }
 
 impl NodePorts {
@@ -43,6 +46,8 @@ impl NodePorts {
             client: free_port(),
             http: free_port(),
             peer: free_port(),
+            amqp: free_port(),
+            amqps: free_port(),
         }
     }
 }
@@ -53,6 +58,9 @@ impl NodePorts {
 /// the process, and when the test is failing prints the log's path and tail.
 /// The environment variable setting `serve --auth`; the harness sets it to `none`.
 pub const AUTH_ENV: &str = "TRIBUTARY_AUTH";
+/// The environment variables setting `serve --amqp-addr` and `--amqps-addr`.
+pub const AMQP_ADDR_ENV: &str = "TRIBUTARY_AMQP_ADDR";
+pub const AMQPS_ADDR_ENV: &str = "TRIBUTARY_AMQPS_ADDR";
 
 pub struct NodeProcess {
     data_dir: PathBuf,
@@ -62,6 +70,8 @@ pub struct NodeProcess {
     client_port: u16,
     http_port: u16,
     peer_port: u16,
+    amqp_port: u16,
+    amqps_port: u16,
     log_path: PathBuf,
     /// Where the current run's output starts in the log.
     run_log_start: u64,
@@ -92,6 +102,7 @@ impl NodeProcess {
                 let ports = NodePorts::free();
                 (node.client_port, node.http_port, node.peer_port) =
                     (ports.client, ports.http, ports.peer);
+                (node.amqp_port, node.amqps_port) = (ports.amqp, ports.amqps);
             }
             node.spawn();
             match node.ready_or_exit().await {
@@ -143,6 +154,8 @@ impl NodeProcess {
             client_port: ports.client,
             http_port: ports.http,
             peer_port: ports.peer,
+            amqp_port: ports.amqp,
+            amqps_port: ports.amqps,
             log_path,
             run_log_start: 0,
             child: None,
@@ -204,6 +217,8 @@ impl NodeProcess {
             client: self.client_port,
             http: self.http_port,
             peer: self.peer_port,
+            amqp: self.amqp_port,
+            amqps: self.amqps_port,
         }
     }
 
@@ -214,6 +229,17 @@ impl NodeProcess {
 
     pub fn client_addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.client_port))
+    }
+
+    /// The plain-text AMQP listener's address (`--amqp-addr`).
+    pub fn amqp_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.amqp_port))
+    }
+
+    /// The AMQP-over-TLS listener's address (`--amqps-addr`), served when the node has a
+    /// client certificate.
+    pub fn amqps_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.amqps_port))
     }
 
     /// The node-to-node port's address (`--peer-addr`).
@@ -382,6 +408,13 @@ impl NodeProcess {
             // Authorization is off unless the test asks for it (`--auth sas` among the
             // flags, or `TRIBUTARY_AUTH=sas` in its environment, both win over this).
             .env(AUTH_ENV, "none")
+            // Each node its own AMQP ports (through the environment: earlier releases
+            // have no AMQP and ignore it); AMQPS only beside a client certificate.
+            .env(AMQP_ADDR_ENV, format!("127.0.0.1:{}", self.amqp_port));
+        if self.extra_args.iter().any(|arg| arg == "--tls-cert") {
+            command.env(AMQPS_ADDR_ENV, format!("127.0.0.1:{}", self.amqps_port));
+        }
+        command
             .args(&self.extra_args)
             .envs(self.env.iter().map(|(name, value)| (name, value)));
         let described = format!("{:?}", command.as_std());

@@ -32,6 +32,17 @@ pub struct ServeArgs {
     /// [env: TRIBUTARY_HTTP_ADDR] [default: 127.0.0.1:7402]
     #[arg(long)]
     pub http_addr: Option<SocketAddr>,
+    /// Address for AMQP 1.0 in plain text (the Azure Event Hubs SDKs, with a connection
+    /// string ending in `UseDevelopmentEmulator=true`), or `none` to turn it off.
+    /// [env: TRIBUTARY_AMQP_ADDR] [default: 127.0.0.1:5672]
+    #[arg(long, value_name = "HOST:PORT|none")]
+    pub amqp_addr: Option<Listen>,
+    /// Address for AMQP 1.0 over TLS (AMQPS, what the Azure SDKs use by default), with the
+    /// client port's certificate (--tls-cert), or `none` to turn it off.
+    /// [env: TRIBUTARY_AMQPS_ADDR] [default: 127.0.0.1:5671 when --tls-cert is given, else
+    /// none]
+    #[arg(long, value_name = "HOST:PORT|none")]
+    pub amqps_addr: Option<Listen>,
     /// Address for node-to-node traffic (Raft replication, cluster membership).
     /// [env: TRIBUTARY_PEER_ADDR] [default: 127.0.0.1:7401]
     #[arg(long)]
@@ -212,6 +223,8 @@ struct FileConfig {
     controller_voters: Option<usize>,
     client_addr: Option<SocketAddr>,
     http_addr: Option<SocketAddr>,
+    amqp_addr: Option<Listen>,
+    amqps_addr: Option<Listen>,
     node_id: Option<u64>,
     capacity_units: Option<u32>,
     zone: Option<String>,
@@ -338,6 +351,10 @@ pub struct NodeConfig {
     /// Registered instead of the bound client and peer addresses when set (`host:port`).
     pub advertise_client_addr: Option<String>,
     pub advertise_peer_addr: Option<String>,
+    /// The plain-text AMQP listener, if on.
+    pub amqp_addr: Option<SocketAddr>,
+    /// The AMQP-over-TLS listener, if on (it needs the client port's certificate).
+    pub amqps_addr: Option<SocketAddr>,
     pub node_id: u64,
     pub capacity_units: u32,
     pub zone: Option<String>,
@@ -376,6 +393,8 @@ impl NodeConfig {
             http_addr: "127.0.0.1:0".parse().expect("valid"),
             advertise_client_addr: None,
             advertise_peer_addr: None,
+            amqp_addr: Some("127.0.0.1:0".parse().expect("valid")),
+            amqps_addr: None,
             node_id: 1,
             capacity_units: 1,
             zone: None,
@@ -527,7 +546,28 @@ impl ServeArgs {
                 .or(env("TRIBUTARY_PEER_KEY")?)
                 .or(file.peer_key),
         )?;
+        let amqp_addr = self
+            .amqp_addr
+            .or(env("TRIBUTARY_AMQP_ADDR")?)
+            .or(file.amqp_addr)
+            .unwrap_or(Listen::At(AMQP_ADDR_DEFAULT.parse().expect("valid")))
+            .addr();
+        let amqps_addr = match self
+            .amqps_addr
+            .or(env("TRIBUTARY_AMQPS_ADDR")?)
+            .or(file.amqps_addr)
+        {
+            Some(Listen::At(addr)) if tls.client.is_none() => bail!(
+                "--amqps-addr {addr} needs the client port's certificate: give --tls-cert \
+                 and --tls-key, or turn AMQPS off with --amqps-addr none"
+            ),
+            Some(listen) => listen.addr(),
+            None if tls.client.is_some() => Some(AMQPS_ADDR_DEFAULT.parse().expect("valid")),
+            None => None,
+        };
         let config = NodeConfig {
+            amqp_addr,
+            amqps_addr,
             connections,
             placement,
             retention,
@@ -729,6 +769,49 @@ impl ServeArgs {
             );
         }
         Ok(config)
+    }
+}
+
+/// Where the plain-text AMQP listener is by default.
+pub const AMQP_ADDR_DEFAULT: &str = "127.0.0.1:5672";
+/// Where the AMQP-over-TLS listener is by default when the client port has a certificate.
+pub const AMQPS_ADDR_DEFAULT: &str = "127.0.0.1:5671";
+
+/// A listener's setting: an address, or `none` (off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listen {
+    Off,
+    At(SocketAddr),
+}
+
+impl Listen {
+    pub fn addr(self) -> Option<SocketAddr> {
+        match self {
+            Listen::Off => None,
+            Listen::At(addr) => Some(addr),
+        }
+    }
+}
+
+impl std::str::FromStr for Listen {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Listen, String> {
+        if text.eq_ignore_ascii_case("none") {
+            return Ok(Listen::Off);
+        }
+        text.parse().map(Listen::At).map_err(|_| {
+            format!(
+                "expected HOST:PORT with an IP address (e.g. 0.0.0.0:5672) or none, not {text:?}"
+            )
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Listen {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Listen, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -1053,6 +1136,36 @@ mod tests {
         // Loopback reaches no other machine.
         assert!(resolve("127.0.0.1:7401", false, false).is_ok());
         assert!(resolve("[::1]:7401", false, false).is_ok());
+    }
+
+    #[test]
+    fn amqp_listeners_default_on_in_plain_text_and_with_tls_when_there_is_a_certificate() {
+        let config = ServeArgs::default().resolve().unwrap();
+        assert_eq!(config.amqp_addr, Some(AMQP_ADDR_DEFAULT.parse().unwrap()));
+        assert_eq!(config.amqps_addr, None);
+        let with_tls = ServeArgs {
+            tls_cert: Some("c.pem".into()),
+            tls_key: Some("c.key".into()),
+            amqp_addr: Some("none".parse().unwrap()),
+            ..ServeArgs::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(with_tls.amqp_addr, None);
+        assert_eq!(
+            with_tls.amqps_addr,
+            Some(AMQPS_ADDR_DEFAULT.parse().unwrap())
+        );
+        let err = ServeArgs {
+            amqps_addr: Some("127.0.0.1:5671".parse().unwrap()),
+            ..ServeArgs::default()
+        }
+        .resolve()
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("--tls-cert"), "{err}");
+        assert!("localhost:5672".parse::<Listen>().is_err());
+        assert_eq!("NONE".parse::<Listen>(), Ok(Listen::Off));
     }
 
     #[test]

@@ -96,6 +96,79 @@ async fn follow_feature_level(
     }
 }
 
+/// Binds a listener that may be turned off.
+async fn bind_optional(
+    addr: Option<SocketAddr>,
+    what: &str,
+) -> anyhow::Result<Option<TcpListener>> {
+    match addr {
+        None => Ok(None),
+        Some(addr) => {
+            Ok(Some(TcpListener::bind(addr).await.with_context(|| {
+                format!("cannot listen on {what} {addr}")
+            })?))
+        }
+    }
+}
+
+fn display_listener(addr: Option<SocketAddr>) -> String {
+    addr.map_or_else(|| "off".to_string(), |addr| addr.to_string())
+}
+
+fn identity_node_name(node_id: NodeId) -> String {
+    format!("node-{}", node_id.0)
+}
+
+/// The AMQP connection limits from the node's settings.
+fn amqp_limits(config: &NodeConfig, node_name: String) -> tributary_amqp::server::ConnectionLimits {
+    tributary_amqp::server::ConnectionLimits {
+        node_name,
+        max_message_size_bytes: config.publish_bytes_max as u64,
+        ..tributary_amqp::server::ConnectionLimits::default()
+    }
+}
+
+/// The AMQP listeners, bound at start and served once the node has joined.
+struct AmqpListeners {
+    plain: Option<TcpListener>,
+    tls: Option<(TcpListener, Arc<rustls::ServerConfig>)>,
+}
+
+impl AmqpListeners {
+    fn spawn(
+        self,
+        tasks: &mut JoinSet<()>,
+        backend: Arc<dyn tributary_amqp::server::Backend>,
+        limits: tributary_amqp::server::ConnectionLimits,
+        connections: config::ConnectionSettings,
+        stop: watch::Receiver<bool>,
+    ) {
+        let gate = limits::ConnectionGate::new("amqp", connections.max_connections);
+        if let Some(listener) = self.plain {
+            tasks.spawn(tributary_amqp::listener::serve_listener(
+                limits::incoming(listener, gate.clone(), connections.idle_timeout),
+                backend.clone(),
+                limits.clone(),
+                stop.clone(),
+            ));
+        }
+        if let Some((listener, config)) = self.tls {
+            tasks.spawn(tributary_amqp::listener::serve_listener(
+                tls::incoming(
+                    listener,
+                    config,
+                    tls::TlsPort::Client,
+                    gate,
+                    connections.idle_timeout,
+                ),
+                backend,
+                limits,
+                stop,
+            ));
+        }
+    }
+}
+
 /// How long shutdown waits for the last users of a storage shard.
 const SHARD_CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -104,6 +177,9 @@ pub struct Node {
     pub client_addr: SocketAddr,
     pub http_addr: SocketAddr,
     pub peer_addr: SocketAddr,
+    /// The AMQP listeners' bound addresses (plain text and TLS), when on.
+    pub amqp_addr: Option<SocketAddr>,
+    pub amqps_addr: Option<SocketAddr>,
     pub broker: Arc<Broker>,
     /// The broker's API, as every front end calls it.
     pub service: Service,
@@ -158,6 +234,17 @@ impl Node {
         let peer_listener = TcpListener::bind(config.peer_addr)
             .await
             .with_context(|| format!("cannot listen on peer address {}", config.peer_addr))?;
+        let amqp_listener = bind_optional(config.amqp_addr, "AMQP address (--amqp-addr)").await?;
+        let amqps_listener =
+            bind_optional(config.amqps_addr, "AMQPS address (--amqps-addr)").await?;
+        let amqp_addr = amqp_listener
+            .as_ref()
+            .map(TcpListener::local_addr)
+            .transpose()?;
+        let amqps_addr = amqps_listener
+            .as_ref()
+            .map(TcpListener::local_addr)
+            .transpose()?;
         let client_addr = client_listener.local_addr()?;
         let http_addr = http_listener.local_addr()?;
         let peer_addr = peer_listener.local_addr()?;
@@ -232,6 +319,8 @@ impl Node {
 
         let connections = config.connections;
         let keepalive = keepalive_interval(connections.idle_timeout);
+        // Answers UNAVAILABLE until the service exists, once the node has joined.
+        let forward = tributary_broker::service::ForwardService::new();
         let peer_router = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(keepalive))
             .http2_keepalive_timeout(Some(keepalive))
@@ -244,7 +333,8 @@ impl Node {
             }))
             .add_service(NodeStatusServer::new(status::NodeStatusService {
                 broker: broker.clone(),
-            }));
+            }))
+            .add_service(forward.clone().into_server());
         let peer_gate = limits::ConnectionGate::new("peer", connections.max_connections);
         let peer_server = tokio::spawn(peer_router.serve_with_incoming_shutdown(
             peer_port::incoming(
@@ -307,7 +397,11 @@ impl Node {
         // The recorder first, so the auth gauge set next is kept.
         http::metrics_handle();
         report_peer_protection(&config, peer_protected, peer_addr);
-        let auth = Auth::new(config.auth == config::AuthMode::Sas, runtime.clone(), clock);
+        let auth = Auth::new(
+            config.auth == config::AuthMode::Sas,
+            runtime.clone(),
+            clock.clone(),
+        );
         match config.auth {
             config::AuthMode::Sas => {
                 tasks.spawn(root_connection_string::keep_written(
@@ -322,6 +416,27 @@ impl Node {
             ),
         }
         let service = Service::new(broker.clone(), auth, store, placement);
+        forward.set(service.clone());
+        let amqp = AmqpListeners {
+            plain: amqp_listener,
+            tls: amqps_listener.map(|listener| {
+                let config = node_tls
+                    .client_port
+                    .clone()
+                    .expect("--amqps-addr is refused without --tls-cert");
+                (listener, config)
+            }),
+        };
+        amqp.spawn(
+            &mut tasks,
+            Arc::new(tributary_amqp::broker_backend::BrokerBackend::new(
+                service.clone(),
+                clock,
+            )),
+            amqp_limits(&config, identity_node_name(node_id)),
+            connections,
+            shutdown_rx.clone(),
+        );
         let api = GrpcApi {
             service: service.clone(),
         };
@@ -366,6 +481,8 @@ impl Node {
             %client_addr,
             %http_addr,
             %peer_addr,
+            amqp_addr = %display_listener(amqp_addr),
+            amqps_addr = %display_listener(amqps_addr),
             node_id = node_id.0,
             %cluster_id,
             data_dir = %config.data_dir.display(),
@@ -376,6 +493,8 @@ impl Node {
             client_addr,
             http_addr,
             peer_addr,
+            amqp_addr,
+            amqps_addr,
             broker,
             service,
             shards,

@@ -33,12 +33,30 @@ pub enum Property {
     TimestampMs(i64),
 }
 
+/// The name of the property the AMQP front end keeps what a record has no field for in
+/// (the message's header and properties sections, exact AMQP types), always last. Other
+/// front ends do not show it: [`EventRecord::shown_properties`].
+pub const AMQP_EXTRAS_PROPERTY: &str = "x-opt-amqp";
+
 /// What a producer sent for one event; the system fields are derived when read.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventRecord {
     pub partition_key: Option<String>,
     pub properties: Vec<(String, Property)>,
     pub body: Bytes,
+}
+
+impl EventRecord {
+    /// The application properties another front end than AMQP shows: all but a last
+    /// [`AMQP_EXTRAS_PROPERTY`] holding bytes.
+    pub fn shown_properties(self) -> impl Iterator<Item = (String, Property)> {
+        let mut properties = self.properties;
+        if matches!(properties.last(), Some((name, Property::Bytes(_))) if name == AMQP_EXTRAS_PROPERTY)
+        {
+            properties.pop();
+        }
+        properties.into_iter()
+    }
 }
 
 /// One event of a stored batch, where the batch as first written had it.

@@ -11,8 +11,11 @@
 //!   (`manage.rs`, `rules.rs`).
 //! - the checkpoint store: ownership and checkpoints (`store.rs`).
 //! - diagnostics: what this node's own replica holds (`diagnostics.rs`).
+//! - from any node: sends, reads and partition properties passed on to a partition's
+//!   leader over the peer port (`forward.rs`), for clients that know one endpoint.
 
 mod diagnostics;
+mod forward;
 mod manage;
 mod read;
 mod rules;
@@ -29,6 +32,7 @@ use crate::placement::Placement;
 use crate::readers::Readers;
 
 pub use diagnostics::{REPLICA_EVENTS_PAGE_DEFAULT, REPLICA_EVENTS_PAGE_MAX, ReplicaEvents};
+pub use forward::{FORWARD_PATIENCE, ForwardService};
 pub use manage::{
     CaptureRequest, HubSettingsRequest, HubUpdateRequest, NewHubRequest, PlannedMove, RebalancePlan,
 };
@@ -40,7 +44,7 @@ pub use store::{Checkpoint, CheckpointUpdate, Claim, ClaimRequest, Ownership};
 // The domain types the calls take and return.
 pub use crate::broker::Target;
 pub use crate::partition::ReadEvent;
-pub use crate::partition::codec::{EventRecord, Property};
+pub use crate::partition::codec::{AMQP_EXTRAS_PROPERTY, EventRecord, Property};
 pub use crate::partition::position::Position;
 pub use crate::readers::ConnectedReader;
 pub use crate::status::{
@@ -83,6 +87,30 @@ impl Service {
         needed: Rights,
     ) -> Result<(), Error> {
         self.auth.check(credential, scope, needed)
+    }
+}
+
+impl Service {
+    /// Whether calls are checked at all (`--auth sas`).
+    pub fn auth_enabled(&self) -> bool {
+        self.auth.enabled()
+    }
+
+    /// What a credential grants on a hub (or the namespace) now, once it is known to be
+    /// valid for it: the rights among Send, Listen and Manage it passes the check for. A
+    /// front end that authorizes once and acts later (an AMQP `$cbs` token) asks this;
+    /// every later call is still checked. Refused as the check refuses a bad token.
+    ///
+    /// `entity` is the path the credential is presented for: nothing (the namespace), a
+    /// hub, or a path within a hub such as `orders/consumergroups/$default`.
+    pub fn granted_rights(&self, credential: &Credential, entity: &str) -> Result<Rights, Error> {
+        let entity = entity.trim_matches('/');
+        let scope = match entity.split_once('/') {
+            _ if entity.is_empty() => Scope::Namespace,
+            None => Scope::Hub(entity),
+            Some((hub, path)) => Scope::HubPath(hub, path),
+        };
+        self.auth.granted(credential, scope)
     }
 }
 

@@ -55,11 +55,25 @@ pub struct ReadRequest {
     pub owner_level: Option<i64>,
 }
 
+impl ReadRequest {
+    /// What a reader reads within its hub: its consumer group's partition, which a token
+    /// for the hub or for the consumer group covers.
+    pub(crate) fn entity_path(&self) -> String {
+        format!(
+            "consumergroups/{}/partitions/{}",
+            consumer_group(&self.consumer_group),
+            self.partition_id
+        )
+    }
+}
+
 /// Events read, with the partition's last enqueued sequence number when they were read.
 #[derive(Debug, Clone)]
 pub struct ReadBatch {
     pub events: Vec<ReadEvent>,
     pub last_enqueued_sequence: SequenceNumber,
+    pub last_enqueued_offset: Offset,
+    pub last_enqueued_time_ms: i64,
 }
 
 /// A reader's events, in order, batch by batch; it ends with an error saying why (the
@@ -123,7 +137,12 @@ impl Service {
         credential: &Credential,
         request: ReadRequest,
     ) -> Result<ReadStream, Error> {
-        self.check(credential, Scope::Hub(&request.hub), Rights::LISTEN)?;
+        let path = request.entity_path();
+        self.check(
+            credential,
+            Scope::HubPath(&request.hub, &path),
+            Rights::LISTEN,
+        )?;
         let (hub, group, index, partition) = self
             .locate(&request.hub, &request.consumer_group, &request.partition_id)
             .await?;
@@ -272,12 +291,14 @@ async fn stream_events(
         };
         if let Some(last) = events.last() {
             next = last.sequence + 1;
-            let last_enqueued = partition.progress().next_sequence - 1;
+            let progress_now = partition.progress();
             let count = events.len() as u64;
             let bytes: usize = events.iter().map(|e| e.record.body.len()).sum();
             let batch = ReadBatch {
                 events,
-                last_enqueued_sequence: SequenceNumber(last_enqueued),
+                last_enqueued_sequence: SequenceNumber(progress_now.next_sequence - 1),
+                last_enqueued_offset: Offset(progress_now.last_offset),
+                last_enqueued_time_ms: progress_now.last_time_ms,
             };
             if tx.send(Ok(batch)).await.is_err() {
                 return;

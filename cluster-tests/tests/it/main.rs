@@ -2,7 +2,7 @@
 //! Build the binary first: `cargo build --bin tributary` (or set `TRIBUTARY_BIN`).
 
 mod advertise;
-mod amqp_sdk;
+mod amqp_cluster;
 mod auth;
 mod bench;
 mod bench_failover;

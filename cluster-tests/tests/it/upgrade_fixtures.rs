@@ -62,6 +62,8 @@ impl Settings {
                     client: port(&n["client"]),
                     http: port(&n["http"]),
                     peer: port(&n["peer"]),
+                    amqp: tributary_cluster_tests::free_port(),
+                    amqps: tributary_cluster_tests::free_port(),
                 };
                 (n["node_id"].as_u64().expect("a node id"), ports)
             })

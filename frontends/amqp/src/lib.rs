@@ -9,6 +9,8 @@
 //! - [`server`]: the server side of a connection over any async stream ([`serve_connection`]),
 //!   with `$cbs`, `$management`, and sender and receiver links to hubs; the one part with
 //!   I/O.
+//! - [`broker_backend`]: the node's [`server::Backend`], on the broker's `Service`;
+//!   [`listener`]: a task per accepted connection.
 //!
 //! # Invariant: what we write, pyamqp can read
 //! azure-eventhub ≤ 5.15.1 indexes performative fields by position and mishandles some legal
@@ -16,6 +18,7 @@
 //! smallulong descriptor, never as `list0`, and an empty array is written as null. Decoding
 //! stays lenient, as the spec allows others (.NET, Java) to omit trailing fields.
 
+pub mod broker_backend;
 mod connection;
 mod constructor;
 mod decode;
@@ -26,6 +29,7 @@ mod fields;
 mod frame;
 mod ids;
 mod link;
+pub mod listener;
 mod message;
 mod performative;
 mod sasl;

@@ -65,6 +65,7 @@ impl Consumer for GrpcApi {
                     |ReadBatch {
                          events,
                          last_enqueued_sequence,
+                         ..
                      }| pb::ReceiveResponse {
                         events: events.into_iter().map(convert::received_event).collect(),
                         last_enqueued_sequence_number: last_enqueued_sequence.0,

@@ -155,10 +155,11 @@ pub fn event_record(event: pb::EventData) -> Result<EventRecord, Error> {
 }
 
 pub fn received_event(event: ReadEvent) -> pb::ReceivedEvent {
+    let body = event.record.body.clone();
+    let partition_key = event.record.partition_key.clone().unwrap_or_default();
     let properties: HashMap<String, pb::PropertyValue> = event
         .record
-        .properties
-        .into_iter()
+        .shown_properties()
         .map(|(name, value)| {
             let value = match value {
                 Property::String(s) => pb::property_value::Value::StringValue(s),
@@ -172,12 +173,12 @@ pub fn received_event(event: ReadEvent) -> pb::ReceivedEvent {
         })
         .collect();
     pb::ReceivedEvent {
-        body: event.record.body,
+        body,
         properties,
         sequence_number: event.sequence,
         offset: event.offset.to_string(),
         enqueued_time_ms: event.enqueued_time_ms,
-        partition_key: event.record.partition_key.unwrap_or_default(),
+        partition_key,
     }
 }
 
@@ -334,5 +335,43 @@ pub fn cluster_status(status: ClusterStatus) -> pb::ClusterStatus {
                 started_ms: m.started_ms,
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tributary_broker::service::{AMQP_EXTRAS_PROPERTY, EventRecord};
+
+    fn read_event(properties: Vec<(String, Property)>) -> ReadEvent {
+        ReadEvent {
+            sequence: 3,
+            offset: 40,
+            enqueued_time_ms: 1_700_000_000_000,
+            record: EventRecord {
+                partition_key: Some("k".into()),
+                properties,
+                body: bytes::Bytes::from_static(b"body"),
+            },
+        }
+    }
+
+    #[test]
+    fn the_amqp_extras_are_not_shown_but_a_property_of_that_name_elsewhere_is() {
+        let extras = (
+            AMQP_EXTRAS_PROPERTY.to_owned(),
+            Property::Bytes(bytes::Bytes::from_static(b"\xc1\x01\x00")),
+        );
+        let shown = received_event(read_event(vec![
+            ("n".into(), Property::Int64(1)),
+            extras.clone(),
+        ]));
+        assert_eq!(shown.properties.len(), 1);
+        assert!(shown.properties.contains_key("n"));
+        assert_eq!(shown.partition_key, "k");
+        assert_eq!(&shown.body[..], b"body");
+        // Not last: an application property of its own, shown.
+        let shown = received_event(read_event(vec![extras, ("n".into(), Property::Int64(1))]));
+        assert_eq!(shown.properties.len(), 2);
     }
 }

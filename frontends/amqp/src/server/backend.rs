@@ -148,6 +148,9 @@ pub struct TokenGrant {
     pub rights: Rights,
     /// Milliseconds since the Unix epoch; links authorized by the grant are detached then.
     pub expires_at_unix_ms: i64,
+    /// What the backend needs to act on the grant's behalf later (such as the token
+    /// itself, presented again with every call the grant authorizes); empty when nothing.
+    pub credential: String,
 }
 
 /// The answer to a READ of `com.microsoft:eventhub`.

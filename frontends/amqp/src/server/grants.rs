@@ -103,6 +103,7 @@ mod tests {
     fn grant(rights: Rights, expires_at_unix_ms: i64) -> TokenGrant {
         TokenGrant {
             rights,
+            credential: String::new(),
             expires_at_unix_ms,
         }
     }

@@ -31,7 +31,8 @@ pub(crate) struct Admission {
     pub(crate) hostname: Option<String>,
 }
 
-/// Reads the client's headers, runs SASL when asked, and queues our AMQP header.
+/// Reads the client's headers, runs SASL when asked, and sends our AMQP header: at once,
+/// since a client may wait for it before it sends its open (uamqp does; pyamqp pipelines).
 pub(crate) async fn admit<S: AsyncRead + AsyncWrite + Unpin>(
     transport: &mut Transport<S>,
     backend: &dyn Backend,
@@ -53,6 +54,7 @@ pub(crate) async fn admit<S: AsyncRead + AsyncWrite + Unpin>(
         other => return Err(ConnectionError::UnsupportedProtocol(other.to_bytes())),
     };
     transport.push_bytes(&ProtocolHeader::AMQP.to_bytes());
+    transport.flush().await?;
     Ok(admission)
 }
 

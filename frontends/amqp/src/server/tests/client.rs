@@ -80,6 +80,7 @@ impl FakeBackend {
     fn grant(&self) -> TokenGrant {
         TokenGrant {
             rights: Rights::MANAGE,
+            credential: String::new(),
             expires_at_unix_ms: self.now_unix_ms() + TOKEN_LIFETIME_MS,
         }
     }

@@ -172,6 +172,21 @@ async fn plain_sasl_admits_a_known_rule_and_its_grant_authorizes_reads() {
 }
 
 #[tokio::test]
+async fn a_client_that_waits_for_our_header_before_its_open_gets_it() {
+    // uamqp-c sends its AMQP header and reads ours before it writes open.
+    let (mut client, server) = start(ConnectionLimits::default());
+    assert_eq!(client.sasl("MSSBCBS", None).await, SaslCode::Ok);
+    client.write_bytes(&ProtocolHeader::AMQP.to_bytes());
+    client.flush().await;
+    let header = tokio::time::timeout(Duration::from_secs(5), client.read_header())
+        .await
+        .expect("the server sends its AMQP header before the client's open arrives");
+    assert_eq!(header, ProtocolHeader::AMQP);
+    drop(client);
+    drop(server);
+}
+
+#[tokio::test]
 async fn plain_sasl_with_a_wrong_key_gets_outcome_auth() {
     let (mut client, server) = start(ConnectionLimits::default());
     assert_eq!(
