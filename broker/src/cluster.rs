@@ -162,7 +162,9 @@ impl ClusterRuntime {
     }
 
     /// A channel to the peer port at `addr`, dialed as every peer connection of this node.
-    pub(crate) fn peer_channel(&self, addr: &str) -> Result<Channel, Error> {
+    /// A channel to another node's peer port (plain text, mutual TLS, cluster key: as the
+    /// node dials its peers).
+    pub fn peer_channel(&self, addr: &str) -> Result<Channel, Error> {
         self.connector.channel(addr).map_err(Error::unavailable)
     }
 

@@ -320,7 +320,7 @@ impl Node {
         let connections = config.connections;
         let keepalive = keepalive_interval(connections.idle_timeout);
         // Answers UNAVAILABLE until the service exists, once the node has joined.
-        let forward = tributary_broker::service::ForwardService::new();
+        let forward = tributary_forward::ForwardService::new();
         let peer_router = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(keepalive))
             .http2_keepalive_timeout(Some(keepalive))

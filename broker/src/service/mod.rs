@@ -11,11 +11,11 @@
 //!   (`manage.rs`, `rules.rs`).
 //! - the checkpoint store: ownership and checkpoints (`store.rs`).
 //! - diagnostics: what this node's own replica holds (`diagnostics.rs`).
-//! - from any node: sends, reads and partition properties passed on to a partition's
-//!   leader over the peer port (`forward.rs`), for clients that know one endpoint.
+//!
+//! Calls run on this node; `tributary-forward` runs them on a partition's leader from any
+//! node, for clients that know one endpoint.
 
 mod diagnostics;
-mod forward;
 mod manage;
 mod read;
 mod rules;
@@ -32,7 +32,6 @@ use crate::placement::Placement;
 use crate::readers::Readers;
 
 pub use diagnostics::{REPLICA_EVENTS_PAGE_DEFAULT, REPLICA_EVENTS_PAGE_MAX, ReplicaEvents};
-pub use forward::{FORWARD_PATIENCE, ForwardService};
 pub use manage::{
     CaptureRequest, HubSettingsRequest, HubUpdateRequest, NewHubRequest, PlannedMove, RebalancePlan,
 };
@@ -80,13 +79,20 @@ impl Service {
         }
     }
 
-    fn check(
+    /// The authorization check every call makes first: passes when the credential grants
+    /// `needed` on `scope` (or authorization is off).
+    pub fn check(
         &self,
         credential: &Credential,
         scope: Scope<'_>,
         needed: Rights,
     ) -> Result<(), Error> {
         self.auth.check(credential, scope, needed)
+    }
+
+    /// The broker the calls run on.
+    pub fn broker(&self) -> &Arc<Broker> {
+        &self.broker
     }
 }
 

@@ -58,7 +58,7 @@ pub struct ReadRequest {
 impl ReadRequest {
     /// What a reader reads within its hub: its consumer group's partition, which a token
     /// for the hub or for the consumer group covers.
-    pub(crate) fn entity_path(&self) -> String {
+    pub fn entity_path(&self) -> String {
         format!(
             "consumergroups/{}/partitions/{}",
             consumer_group(&self.consumer_group),

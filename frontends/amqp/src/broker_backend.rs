@@ -15,6 +15,7 @@ use tributary_broker::service::{
     self, EventRecord, Position, Property, ReadBatch, SendRequest, Target,
 };
 use tributary_broker::{Credential, Error, ErrorKind, Service};
+use tributary_forward::AnyNode;
 use tributary_types::{Clock, Offset, SequenceNumber};
 
 use crate::server::{
@@ -32,15 +33,20 @@ const PLAIN_TOKEN_RESOURCE: &str = "sb://tributary/";
 /// Batches buffered between the broker's reader and the connection.
 const READER_BATCHES: usize = 2;
 
-/// The [`Backend`] over the broker's [`Service`].
+/// The [`Backend`] over the broker's [`Service`], from any node.
 pub struct BrokerBackend {
     service: Service,
+    any_node: AnyNode,
     clock: Arc<dyn Clock>,
 }
 
 impl BrokerBackend {
     pub fn new(service: Service, clock: Arc<dyn Clock>) -> BrokerBackend {
-        BrokerBackend { service, clock }
+        BrokerBackend {
+            any_node: AnyNode::new(service.clone()),
+            service,
+            clock,
+        }
     }
 
     /// Checks a token for an entity (see [`audience_entity`]) and says what it grants until
@@ -157,8 +163,8 @@ impl Backend for BrokerBackend {
     ) -> BackendFuture<'a, PartitionProperties> {
         Box::pin(async move {
             let p = self
-                .service
-                .partition_properties_anywhere(&credential(grant), hub, partition)
+                .any_node
+                .partition_properties(&credential(grant), hub, partition)
                 .await
                 .map_err(backend_error)?;
             Ok(PartitionProperties {
@@ -188,7 +194,7 @@ impl Backend for BrokerBackend {
         target: SendTarget,
         events: Vec<AmqpEvent>,
     ) -> BackendFuture<'static, SendOutcome> {
-        let service = self.service.clone();
+        let any_node = self.any_node.clone();
         let credential = credential(grant);
         let request = SendRequest {
             hub: hub.to_string(),
@@ -201,8 +207,8 @@ impl Backend for BrokerBackend {
             producer: None,
         };
         Box::pin(async move {
-            let reply = service
-                .send_anywhere(&credential, request)
+            let reply = any_node
+                .send(&credential, request)
                 .await
                 .map_err(backend_error)?;
             Ok(SendOutcome {
@@ -217,7 +223,7 @@ impl Backend for BrokerBackend {
         grant: &TokenGrant,
         request: ReadRequest,
     ) -> BackendFuture<'static, EventStream> {
-        let service = self.service.clone();
+        let any_node = self.any_node.clone();
         let credential = credential(grant);
         let request = service::ReadRequest {
             hub: request.hub,
@@ -229,8 +235,8 @@ impl Backend for BrokerBackend {
             owner_level: request.owner_level,
         };
         Box::pin(async move {
-            let batches = service
-                .read_anywhere(&credential, request)
+            let batches = any_node
+                .read(&credential, request)
                 .await
                 .map_err(backend_error)?;
             let (sender, stream) = EventStream::channel(READER_BATCHES);

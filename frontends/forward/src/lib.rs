@@ -26,13 +26,12 @@ use tributary_proto::peer::{
 use tributary_raft::ProducerStamp;
 use tributary_types::{NodeId, Offset, PartitionId, Rights, SequenceNumber};
 
-use super::{PartitionProperties, ReadBatch, ReadRequest, ReadStream, SendReply, SendRequest};
-use super::{Service, Target};
-use crate::auth::{Credential, Scope};
-use crate::error::{Error, ErrorKind};
-use crate::partition::ReadEvent;
-use crate::partition::codec;
-use crate::partition::position::Position;
+use tributary_broker::partition::codec;
+use tributary_broker::service::{
+    PartitionProperties, Position, ReadBatch, ReadEvent, ReadRequest, ReadStream, SendReply,
+    SendRequest, Service, Target,
+};
+use tributary_broker::{Credential, Error, ErrorKind, Scope};
 
 /// How long a call waits for a partition's leader (an election, a node restarting) before
 /// it gives up with the last error.
@@ -53,18 +52,35 @@ enum Hop {
     Node(NodeId),
 }
 
-impl Service {
+/// The broker's [`Service`] from any node: each call runs on the partition's leader. Cheap
+/// to clone.
+#[derive(Clone)]
+pub struct AnyNode {
+    service: Service,
+}
+
+impl AnyNode {
+    pub fn new(service: Service) -> AnyNode {
+        AnyNode { service }
+    }
+
+    /// The service the calls run on when this node leads.
+    pub fn service(&self) -> &Service {
+        &self.service
+    }
+
     /// [`Service::send`] from any node: run here when this node leads the partition, else on
     /// its leader. A round-robin or keyed send is routed here first, so the leader stores it
     /// in the partition chosen now.
-    pub async fn send_anywhere(
+    pub async fn send(
         &self,
         credential: &Credential,
         request: SendRequest,
     ) -> Result<SendReply, Error> {
-        self.check(credential, Scope::Hub(&request.hub), Rights::SEND)?;
-        let hub = self.broker.hub(&request.hub)?;
-        let index = self.broker.route(&hub, &request.target)?;
+        self.service
+            .check(credential, Scope::Hub(&request.hub), Rights::SEND)?;
+        let hub = self.service.broker().hub(&request.hub)?;
+        let index = self.service.broker().route(&hub, &request.target)?;
         let mut events = request.events;
         if let Target::PartitionKey(key) = &request.target {
             for event in &mut events {
@@ -81,7 +97,7 @@ impl Service {
         let mut hop = Hop::Here;
         loop {
             let result = match hop {
-                Hop::Here => self.send(credential, request.clone()).await,
+                Hop::Here => self.service.send(credential, request.clone()).await,
                 Hop::Node(node) => self.forward_send(node, credential, &request, index).await,
             };
             match result {
@@ -92,21 +108,26 @@ impl Service {
     }
 
     /// [`Service::partition_properties`] from any node.
-    pub async fn partition_properties_anywhere(
+    pub async fn partition_properties(
         &self,
         credential: &Credential,
         hub: &str,
         partition_id: &str,
     ) -> Result<PartitionProperties, Error> {
-        self.check(credential, Scope::Hub(hub), Rights::NONE)?;
-        let record = self.broker.hub(hub)?;
-        let index = self.broker.partition_index(&record, partition_id)?;
+        self.service
+            .check(credential, Scope::Hub(hub), Rights::NONE)?;
+        let record = self.service.broker().hub(hub)?;
+        let index = self
+            .service
+            .broker()
+            .partition_index(&record, partition_id)?;
         let deadline = Instant::now() + FORWARD_PATIENCE;
         let mut hop = Hop::Here;
         loop {
             let result = match hop {
                 Hop::Here => {
-                    self.partition_properties(credential, hub, partition_id)
+                    self.service
+                        .partition_properties(credential, hub, partition_id)
                         .await
                 }
                 Hop::Node(node) => self.forward_properties(node, credential, hub, index).await,
@@ -122,19 +143,22 @@ impl Service {
     /// the next event on whichever node leads the partition, and ends only when the reader
     /// is displaced, the hub or partition goes, the caller drops it, or no leader is found
     /// within [`FORWARD_PATIENCE`].
-    pub async fn read_anywhere(
+    pub async fn read(
         &self,
         credential: &Credential,
         request: ReadRequest,
     ) -> Result<ReadStream, Error> {
         let path = request.entity_path();
-        self.check(
+        self.service.check(
             credential,
             Scope::HubPath(&request.hub, &path),
             Rights::LISTEN,
         )?;
-        let hub = self.broker.hub(&request.hub)?;
-        let index = self.broker.partition_index(&hub, &request.partition_id)?;
+        let hub = self.service.broker().hub(&request.hub)?;
+        let index = self
+            .service
+            .broker()
+            .partition_index(&hub, &request.partition_id)?;
         let source = self.open_source(credential, &request, index).await?;
         let (tx, rx) = mpsc::channel(READ_BUFFER_BATCHES);
         tokio::spawn(follow_reader(
@@ -158,15 +182,15 @@ impl Service {
         let deadline = Instant::now() + FORWARD_PATIENCE;
         let mut hop = Hop::Here;
         loop {
-            let result = match hop {
-                Hop::Here => self
-                    .read(credential, request.clone())
-                    .await
-                    .map(|stream| -> Source {
-                        Box::pin(tokio_stream::wrappers::ReceiverStream::new(stream))
-                    }),
-                Hop::Node(node) => self.forward_read(node, credential, request, index).await,
-            };
+            let result =
+                match hop {
+                    Hop::Here => self.service.read(credential, request.clone()).await.map(
+                        |stream| -> Source {
+                            Box::pin(tokio_stream::wrappers::ReceiverStream::new(stream))
+                        },
+                    ),
+                    Hop::Node(node) => self.forward_read(node, credential, request, index).await,
+                };
             match result {
                 Err(err) => hop = self.next_hop(err, hop, deadline).await?,
                 Ok(source) => return Ok(source),
@@ -177,7 +201,7 @@ impl Service {
     /// Where to try after `err`, or `err` itself when trying again cannot help (or the
     /// deadline has passed).
     async fn next_hop(&self, err: Error, hop: Hop, deadline: Instant) -> Result<Hop, Error> {
-        let me = self.broker.runtime().me.id;
+        let me = self.service.broker().runtime().me.id;
         let next = match (&err.kind, hop) {
             (
                 ErrorKind::NotLeader {
@@ -206,7 +230,7 @@ impl Service {
         &self,
         node: NodeId,
     ) -> Result<ForwardClient<tonic::transport::Channel>, Error> {
-        let runtime = self.broker.runtime();
+        let runtime = self.service.broker().runtime();
         let addr = runtime
             .state()
             .nodes
@@ -307,7 +331,7 @@ type Source = Pin<Box<dyn Stream<Item = Result<ReadBatch, Error>> + Send>>;
 /// Passes a reader's batches on, opening it again on the partition's next leader when its
 /// source ends for a reason another node may not have.
 async fn follow_reader(
-    service: Service,
+    service: AnyNode,
     credential: Credential,
     mut request: ReadRequest,
     index: u16,
