@@ -1,4 +1,5 @@
-//! AMQP 1.0 for the Event Hubs front end: a pure codec, and the server side of a connection.
+//! AMQP 1.0 for the Event Hubs front end: a pure codec, the server side of a connection, and
+//! a small client.
 //!
 //! - [`Value`]: the AMQP type system, with an encoder that always writes a valid compact
 //!   form and a lenient decoder that never panics and bounds depth, counts and allocation.
@@ -6,6 +7,8 @@
 //!   protocol headers.
 //! - [`Performative`] and [`decode_frame_body`]: the performatives as typed structs.
 //! - [`Message`], [`split_batch`], [`build_batch`]: message sections and Event Hubs batches.
+//! - [`client`]: the client side of a connection (SASL, `$cbs`, `$management`, pipelined
+//!   sender links, receiver links) with the same codec, for tests, the benchmark and tools.
 //! - [`server`]: the server side of a connection over any async stream ([`serve_connection`]),
 //!   with `$cbs`, `$management`, and sender and receiver links to hubs; the one part with
 //!   I/O.
@@ -16,6 +19,7 @@
 //! smallulong descriptor, never as `list0`, and an empty array is written as null. Decoding
 //! stays lenient, as the spec allows others (.NET, Java) to omit trailing fields.
 
+pub mod client;
 mod connection;
 mod constructor;
 mod decode;

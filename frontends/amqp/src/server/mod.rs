@@ -47,6 +47,9 @@ mod transport;
 
 #[cfg(test)]
 mod tests;
+/// The fake backend of the server's tests, for the client's.
+#[cfg(test)]
+pub(crate) use tests::client as test_backend;
 
 use std::sync::Arc;
 

@@ -1,5 +1,6 @@
 //! A scripted AMQP client written with the codec, and a backend with fixed answers: the
-//! helpers of the server tests, so an API change touches one place.
+//! helpers of the server tests (the backend also serves the client's, in `client/tests`), so
+//! an API change touches one place.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,36 +19,36 @@ use crate::server::{
 };
 use crate::*;
 
-pub(super) const HOST: &str = "ns.example.com";
-pub(super) const GOOD_TOKEN: &str = "SharedAccessSignature sr=good&sig=x&se=1&skn=rule";
+pub(crate) const HOST: &str = "ns.example.com";
+pub(crate) const GOOD_TOKEN: &str = "SharedAccessSignature sr=good&sig=x&se=1&skn=rule";
 /// The fake clock starts here (2026-01-01).
-pub(super) const START_UNIX_MS: i64 = 1_767_225_600_000;
-pub(super) const TOKEN_LIFETIME_MS: i64 = 3_600_000;
+pub(crate) const START_UNIX_MS: i64 = 1_767_225_600_000;
+pub(crate) const TOKEN_LIFETIME_MS: i64 = 3_600_000;
 
 /// Knows the hub `hub` with partitions 0 and 1, the token [`GOOD_TOKEN`] and the PLAIN user
 /// `rule` with key `key`. Its clock follows tokio's (paused in tests). It records sends and
 /// answers them as [`FakeBackend::send_answer`] says; readers it opens are fed by the test
 /// through [`FakeBackend::readers`].
-pub(super) struct FakeBackend {
+pub(crate) struct FakeBackend {
     start: Instant,
     /// Every send, in the order the connection called `send`.
-    pub(super) sends: Mutex<Vec<SentCall>>,
-    pub(super) send_answer: Mutex<SendAnswer>,
+    pub(crate) sends: Mutex<Vec<SentCall>>,
+    pub(crate) send_answer: Mutex<SendAnswer>,
     /// Every reader opened, with the sender that feeds its stream.
-    pub(super) readers: Mutex<Vec<(ReadRequest, mpsc::Sender<EventBatch>)>>,
+    pub(crate) readers: Mutex<Vec<(ReadRequest, mpsc::Sender<EventBatch>)>>,
 }
 
 /// One call of `send`.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct SentCall {
-    pub(super) hub: String,
-    pub(super) target: SendTarget,
-    pub(super) events: Vec<AmqpEvent>,
+pub(crate) struct SentCall {
+    pub(crate) hub: String,
+    pub(crate) target: SendTarget,
+    pub(crate) events: Vec<AmqpEvent>,
 }
 
 /// How the fake answers sends.
 #[derive(Debug, Clone)]
-pub(super) enum SendAnswer {
+pub(crate) enum SendAnswer {
     Commit,
     /// Commits after this long (on tokio's clock).
     CommitAfter(Duration),
@@ -55,7 +56,7 @@ pub(super) enum SendAnswer {
 }
 
 impl FakeBackend {
-    pub(super) fn new() -> Arc<FakeBackend> {
+    pub(crate) fn new() -> Arc<FakeBackend> {
         Arc::new(FakeBackend {
             start: Instant::now(),
             sends: Mutex::new(Vec::new()),
@@ -64,16 +65,16 @@ impl FakeBackend {
         })
     }
 
-    pub(super) fn answer_sends(&self, answer: SendAnswer) {
+    pub(crate) fn answer_sends(&self, answer: SendAnswer) {
         *self.send_answer.lock().unwrap() = answer;
     }
 
-    pub(super) fn sent(&self) -> Vec<SentCall> {
+    pub(crate) fn sent(&self) -> Vec<SentCall> {
         self.sends.lock().unwrap().clone()
     }
 
     /// The feeding end of the `index`th reader opened.
-    pub(super) fn reader(&self, index: usize) -> (ReadRequest, mpsc::Sender<EventBatch>) {
+    pub(crate) fn reader(&self, index: usize) -> (ReadRequest, mpsc::Sender<EventBatch>) {
         self.readers.lock().unwrap()[index].clone()
     }
 

@@ -1,6 +1,6 @@
 //! End-to-end tests of `serve_connection` over an in-memory stream, one behaviour each.
 
-mod client;
+pub(crate) mod client;
 mod consume;
 mod publish;
 
