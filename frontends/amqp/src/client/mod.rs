@@ -761,23 +761,23 @@ impl Receiver {
 
     /// The next event. Once the link ends, every call returns why: the server's detach
     /// ([`ClientError::LinkDetached`] with its condition, such as `amqp:link:stolen`) or the
-    /// connection's end.
+    /// connection's end. Cancel-safe: an event is taken only when the call returns it.
     pub async fn recv(&mut self) -> Result<ReceivedEvent, ClientError> {
+        // Credit goes back in halves, for events the application has taken. A send
+        // cancelled here is not sent, and the credit goes with the next call.
+        if self.consumed >= self.credit.div_ceil(2) {
+            let command = Command::Credit {
+                link: self.link.id,
+                credit: self.consumed,
+            };
+            if self.link.shared.command(command).await.is_ok() {
+                self.consumed = 0;
+            }
+        }
         let Some(event) = self.inbox.recv().await else {
             return Err(self.link.ended_error());
         };
         self.consumed += 1;
-        // Credit goes back in halves, as the application makes room.
-        if self.consumed >= self.credit.div_ceil(2) {
-            let credit = std::mem::take(&mut self.consumed);
-            let command = Command::Credit {
-                link: self.link.id,
-                credit,
-            };
-            if self.link.shared.command(command).await.is_err() {
-                tracing::debug!("the connection ended while credit was given back");
-            }
-        }
         event
     }
 
