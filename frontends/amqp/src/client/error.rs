@@ -12,10 +12,10 @@ use crate::types::Symbol;
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClientError {
-    #[error("cannot connect to {addr}: {source}")]
+    #[error("cannot connect to {addr}: {error}")]
     Connect {
         addr: String,
-        source: Arc<std::io::Error>,
+        error: Arc<std::io::Error>,
     },
     #[error("AMQP connection i/o failed: {0}")]
     Io(Arc<std::io::Error>),

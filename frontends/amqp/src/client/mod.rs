@@ -329,7 +329,7 @@ pub async fn connect(addr: &str, options: ConnectionOptions) -> Result<Connectio
         .await
         .map_err(|error| ClientError::Connect {
             addr: addr.to_owned(),
-            source: Arc::new(error),
+            error: Arc::new(error),
         })?;
     stream.set_nodelay(true)?;
     Connection::open(stream, options).await
