@@ -49,7 +49,7 @@ pub struct JetStreamArgs {
 
 /// Runs the bench against the JetStream cluster at `args.servers` and prints the report.
 pub async fn run(args: JetStreamArgs) -> anyhow::Result<BenchReport> {
-    args.load.check()?;
+    args.load.check(false)?;
     let servers = args.servers.join(",");
     let addresses = args
         .servers
@@ -172,6 +172,7 @@ async fn measure(
             .await
             .context("a consumer failed")?;
     Ok(BenchReport::from_measurements(report::Measurements {
+        protocol: "nats",
         hub: format!("jetstream:{prefix}"),
         partitions: args.load.partitions,
         replication_factor: args.replicas,

@@ -1,5 +1,5 @@
 //! `tributary bench`: a load generator that measures send throughput, send latency and how
-//! well the node shares fsyncs between sends; `tributary bench failover` measures how long a
+//! well the node shares fsyncs between sends, over gRPC or (`--amqp-addr`) AMQP 1.0; `tributary bench failover` measures how long a
 //! partition takes to accept writes again after its leader's node is killed; `tributary bench
 //! checkpoints` measures the checkpoint store, event processors and load balancing; `tributary
 //! bench retention` soaks a hub with retention under steady load and shows its disk use stays
@@ -10,6 +10,7 @@
 //! [`main`] with the CLI's endpoint and output format. (This crate depends on the client, so
 //! the client's `CliCommand` cannot include it.)
 
+mod amqp;
 mod checkpoints;
 mod consume;
 mod failover;
@@ -78,6 +79,21 @@ pub struct BenchArgs {
         default_value = "http://127.0.0.1:7402/metrics"
     )]
     pub metrics_url: Vec<String>,
+    /// Send over AMQP 1.0 instead of gRPC, to these AMQP listeners (the nodes'
+    /// `--amqp-addr`), comma-separated; connection i goes to address i mod count. Each
+    /// producer has a sender link; with --batch-size above 1 each delivery is an Event Hubs
+    /// batch of that many events, and --in-flight counts deliveries. The hub is still
+    /// created and deleted, and consumers still read, over gRPC at --endpoint.
+    #[arg(long, value_delimiter = ',', value_name = "HOST:PORT")]
+    pub amqp_addr: Vec<String>,
+    /// The shared-access rule --amqp-key belongs to.
+    #[arg(long, default_value = "root")]
+    pub amqp_key_name: String,
+    /// The rule's key: AMQP producers then authenticate with SASL PLAIN. Without it they
+    /// use SASL ANONYMOUS and put a token signed with a placeholder key on `$cbs`, which
+    /// only nodes run with `--auth none` accept.
+    #[arg(long, env = "TRIBUTARY_BENCH_AMQP_KEY", hide_env_values = true)]
+    pub amqp_key: Option<String>,
 }
 
 /// The shape of a load, the same for Tributary and a peer system.
@@ -100,7 +116,9 @@ pub struct LoadArgs {
     /// Events each producer keeps unacknowledged. Above 1, producers publish events one by
     /// one without waiting and the client batches them (Tributary's buffered producer,
     /// JetStream's asynchronous publish); latency is then per event, from publish to
-    /// acknowledgement. 1: each producer waits for every send (of --batch-size events).
+    /// acknowledgement. Over AMQP with --batch-size above 1: deliveries of --batch-size
+    /// events each producer keeps unsettled. 1: each producer waits for every send (of
+    /// --batch-size events).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub in_flight: u32,
     /// How long to send, e.g. 10s, 1m.
@@ -124,9 +142,10 @@ pub struct LoadArgs {
 }
 
 impl LoadArgs {
-    /// Refuses consumers without room for the send time in each body.
-    fn check(&self) -> anyhow::Result<()> {
-        if self.in_flight > 1 && self.batch_size > 1 {
+    /// Refuses consumers without room for the send time in each body, and batches in
+    /// flight where the client batches (all but AMQP, whose deliveries are pipelined whole).
+    fn check(&self, pipelines_batches: bool) -> anyhow::Result<()> {
+        if self.in_flight > 1 && self.batch_size > 1 && !pipelines_batches {
             anyhow::bail!(
                 "--in-flight {} publishes events one by one and lets the client batch them: \
                  leave --batch-size at 1",
@@ -199,7 +218,7 @@ pub async fn main(endpoint: &str, args: BenchArgs, json: bool) -> anyhow::Result
 /// Runs the bench against the node at `endpoint` and prints the report on stdout: a table,
 /// or one JSON object if `json`. Progress notes go to stderr.
 pub async fn run(endpoint: &str, args: BenchArgs, json: bool) -> anyhow::Result<BenchReport> {
-    args.load.check()?;
+    args.load.check(!args.amqp_addr.is_empty())?;
     let connections = args.load.producers.min(CONNECTIONS_MAX);
     let mut clients = Vec::with_capacity(connections as usize);
     for _ in 0..connections {
@@ -259,8 +278,31 @@ async fn measure(
     } else {
         None
     };
+    let amqp_sinks = if args.amqp_addr.is_empty() {
+        None
+    } else {
+        let target = amqp::AmqpTarget {
+            addrs: args.amqp_addr.clone(),
+            hub: hub.name.clone(),
+            key_name: args.amqp_key_name.clone(),
+            key: args.amqp_key.clone(),
+        };
+        let sinks = amqp::sinks(
+            &target,
+            &hub.partition_ids,
+            args.load.producers as usize,
+            args.key_distribution,
+            args.key_count,
+            args.load.in_flight,
+        )
+        .await
+        .with_context(|| format!("cannot start the AMQP producers of '{}'", hub.name))?;
+        Some(sinks)
+    };
+    let protocol = if amqp_sinks.is_some() { "amqp" } else { "grpc" };
     eprintln!(
-        "sending to '{}' ({} partitions, replication factor {}) from {} producers{} for {}...",
+        "sending to '{}' ({} partitions, replication factor {}) over {protocol} from {} \
+         producers{} for {}...",
         hub.name,
         hub.partition_ids.len(),
         hub.replication_factor,
@@ -274,20 +316,25 @@ async fn measure(
     let before = sample_nodes(&args.metrics_url).await;
     let before_at = Instant::now();
     let hub_name: std::sync::Arc<str> = hub.name.as_str().into();
-    let sinks = (0..args.load.producers as usize)
-        .map(|index| {
-            load::TributarySink::new(
-                &clients[index % clients.len()],
-                hub_name.clone(),
-                &hub.partition_ids,
-                index,
-                args.key_distribution,
-                args.key_count,
-            )
-        })
-        .collect();
     let shape = args.load.shape(consumers.is_some());
-    let outcome = load::run(sinks, &shape).await;
+    let outcome = match amqp_sinks {
+        Some(sinks) => load::run(sinks, &shape).await,
+        None => {
+            let sinks = (0..args.load.producers as usize)
+                .map(|index| {
+                    load::TributarySink::new(
+                        &clients[index % clients.len()],
+                        hub_name.clone(),
+                        &hub.partition_ids,
+                        index,
+                        args.key_distribution,
+                        args.key_count,
+                    )
+                })
+                .collect();
+            load::run(sinks, &shape).await
+        }
+    };
     let after = sample_nodes(&args.metrics_url).await;
     let metrics_window = before_at.elapsed().as_secs_f64();
     let outcome =
@@ -305,6 +352,7 @@ async fn measure(
         .map(|(url, (before, after))| node_usage(url, before, after, metrics_window))
         .collect();
     Ok(BenchReport::from_measurements(report::Measurements {
+        protocol,
         hub: hub.name.clone(),
         partitions: hub.partition_ids.len() as u32,
         replication_factor: hub.replication_factor,
@@ -458,8 +506,31 @@ pub(crate) fn node_usage(
 
 #[cfg(test)]
 mod tests {
+    use clap::{CommandFactory as _, Parser as _};
+
     use super::*;
     use metrics::NodeSample;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    #[test]
+    fn amqp_sends_may_pipeline_batches_and_grpc_sends_may_not() {
+        Cli::command().debug_assert();
+        let parse = |extra: &[&str]| {
+            let args = ["bench", "--batch-size", "16", "--in-flight", "8"];
+            Cli::try_parse_from(args.iter().chain(extra)).unwrap().bench
+        };
+        let amqp = parse(&["--amqp-addr", "127.0.0.1:5672,127.0.0.1:5673"]);
+        assert_eq!(amqp.amqp_addr, ["127.0.0.1:5672", "127.0.0.1:5673"]);
+        assert_eq!(amqp.amqp_key_name, "root");
+        assert!(amqp.load.check(!amqp.amqp_addr.is_empty()).is_ok());
+        let grpc = parse(&[]);
+        assert!(grpc.load.check(!grpc.amqp_addr.is_empty()).is_err());
+    }
 
     fn sample(fsyncs: Option<f64>, cpu: Option<f64>, rss: Option<f64>) -> NodeSample {
         NodeSample {

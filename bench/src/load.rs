@@ -1,8 +1,10 @@
 //! The producers of a bench run: each sends one batch at a time until the deadline, as
 //! fast as replies come or on a fixed schedule (`--rate`), timing every send. With
-//! `--in-flight N` a producer instead publishes events one by one and keeps up to N of them
-//! unacknowledged (the client batches them: Tributary's buffered producer, JetStream's
-//! asynchronous publish), timing every event from publish to acknowledgement.
+//! `--in-flight N` a producer instead keeps up to N sends unacknowledged, timing each from
+//! submission to acknowledgement: of one event each, published one by one and batched by
+//! the client (Tributary's buffered producer, JetStream's asynchronous publish, an AMQP
+//! delivery per event), or over AMQP of `--batch-size` events each (one Event Hubs batch
+//! per delivery, several deliveries in flight on the link).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -59,6 +61,33 @@ pub(crate) trait Sink: Send + 'static {
     /// Hands one event to the client without waiting for its acknowledgement; the returned
     /// future resolves with it.
     fn publish(&mut self, body: Bytes) -> impl Future<Output = Result<Ack, SendError>> + Send;
+
+    /// Hands `bodies` over as one send without waiting for its acknowledgement. By default
+    /// each is published and the acknowledgement is that of all; a sink whose sends can be
+    /// pipelined whole (AMQP deliveries) sends them as one.
+    fn submit(
+        &mut self,
+        mut bodies: Vec<Bytes>,
+    ) -> impl Future<Output = Result<Ack, SendError>> + Send {
+        async move {
+            if bodies.len() == 1
+                && let Some(body) = bodies.pop()
+            {
+                return self.publish(body).await;
+            }
+            let mut acks = Vec::with_capacity(bodies.len());
+            for body in bodies {
+                acks.push(self.publish(body).await?);
+            }
+            let all: Ack = Box::pin(async move {
+                for ack in acks {
+                    ack.await?;
+                }
+                Ok(())
+            });
+            Ok(all)
+        }
+    }
 }
 
 /// An event's acknowledgement to come.
@@ -76,8 +105,7 @@ pub(crate) enum SendError {
 /// The shape of the load, whatever it is sent to.
 pub(crate) struct Shape {
     pub(crate) batch_size: u32,
-    /// Events each producer keeps unacknowledged, published one by one; 1: one send
-    /// (of `batch_size` events) at a time.
+    /// Sends (of `batch_size` events) each producer keeps unacknowledged; 1: one at a time.
     pub(crate) in_flight: u32,
     pub(crate) event_size: usize,
     pub(crate) duration: Duration,
@@ -315,8 +343,9 @@ impl<S: Sink> Producer<S> {
         Ok(outcome)
     }
 
-    /// Publishes events one by one, keeping up to `in_flight` unacknowledged; each event's
-    /// latency runs from when it was due (or published) to its acknowledgement.
+    /// Submits sends (of `batch_size` events, one by default) without waiting, keeping up to
+    /// `in_flight` unacknowledged; each send's latency runs from when it was due (or
+    /// submitted) to its acknowledgement.
     async fn run_pipelined(mut self) -> anyhow::Result<ProducerOutcome> {
         let mut outcome = ProducerOutcome {
             sends: 0,
@@ -363,7 +392,7 @@ impl<S: Sink> Producer<S> {
                         publishing = false;
                         continue;
                     }
-                    match self.sink.publish(self.body()).await {
+                    match self.sink.submit(self.bodies()).await {
                         Ok(ack) => acks.push(async move { (due, ack.await) }),
                         Err(SendError::Transient(retry_after)) => {
                             outcome.errors += 1;

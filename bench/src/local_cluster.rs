@@ -28,6 +28,8 @@ pub(crate) struct Node {
     client_port: u16,
     http_port: u16,
     peer_port: u16,
+    /// The AMQP listener's port: nodes on one machine cannot share the default 5672.
+    amqp_port: u16,
     data_dir: PathBuf,
     log_path: PathBuf,
     child: Option<Child>,
@@ -46,6 +48,11 @@ impl Node {
 
     pub(crate) fn pid(&self) -> Option<u32> {
         self.child.as_ref().and_then(Child::id)
+    }
+
+    /// `127.0.0.1:<AMQP port>`, the node's AMQP 1.0 listener.
+    pub(crate) fn amqp_addr(&self) -> String {
+        format!("127.0.0.1:{}", self.amqp_port)
     }
 
     /// The node's Prometheus page.
@@ -85,14 +92,15 @@ impl LocalCluster {
         node_args: &[String],
         ready_timeout: Duration,
     ) -> anyhow::Result<LocalCluster> {
-        let ports = free_ports(3 * count as usize)?;
+        let ports = free_ports(4 * count as usize)?;
         let mut nodes = Vec::with_capacity(count as usize);
-        for (id, ports) in (1..=u64::from(count)).zip(ports.chunks_exact(3)) {
+        for (id, ports) in (1..=u64::from(count)).zip(ports.chunks_exact(4)) {
             nodes.push(Node {
                 id,
                 client_port: ports[0],
                 http_port: ports[1],
                 peer_port: ports[2],
+                amqp_port: ports[3],
                 data_dir: dir.join(format!("node-{id}")),
                 log_path: dir.join(format!("node-{id}.log")),
                 child: None,
@@ -228,6 +236,9 @@ impl LocalCluster {
         // The bench's clients carry no credentials: authorization is off unless its node
         // flags say `--auth sas`.
         command.env("TRIBUTARY_AUTH", "none");
+        // Each node its own AMQP port (node flags may still set `--amqp-addr`). Given
+        // through the environment, which a node without an AMQP listener ignores.
+        command.env("TRIBUTARY_AMQP_ADDR", node.amqp_addr());
         let described = format!("{:?}", command.as_std());
         writeln!(log, "=== {}: starting {described}", self.label)
             .with_context(|| format!("cannot write {}", node.log_path.display()))?;

@@ -12,14 +12,17 @@ const BYTES_PER_MB: f64 = 1_000_000.0;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
+    /// How the producers sent: `grpc`, `amqp`, or the peer system's (`nats`).
+    pub protocol: &'static str,
     pub hub: String,
     pub partitions: u32,
     pub replication_factor: u32,
     pub producers: u32,
     pub event_size_bytes: usize,
     pub batch_size: u32,
-    /// Events each producer kept unacknowledged (above 1: published one by one, batched by
-    /// the client; latencies are then per event).
+    /// Sends each producer kept unacknowledged (above 1: of one event each, published one
+    /// by one and batched by the client, unless `batch_size` is above 1 too: AMQP batches
+    /// pipelined on the link).
     pub in_flight: u32,
     /// The `--rate` asked for; `None`: as fast as replies came.
     pub target_events_per_second: Option<f64>,
@@ -88,6 +91,7 @@ pub struct LatencyReport {
 
 /// The raw measurements a report is computed from.
 pub(crate) struct Measurements {
+    pub(crate) protocol: &'static str,
     pub(crate) hub: String,
     pub(crate) partitions: u32,
     pub(crate) replication_factor: u32,
@@ -124,6 +128,7 @@ impl BenchReport {
             .filter(|f| *f > 0.0)
             .map(|f| sends_per_second / f);
         BenchReport {
+            protocol: m.protocol,
             hub: m.hub,
             partitions: m.partitions,
             replication_factor: m.replication_factor,
@@ -190,9 +195,15 @@ impl BenchReport {
             (
                 "load",
                 format!(
-                    "{} producers, {}, {}, keys: {}",
+                    "{} producers over {}, {}, {}, keys: {}",
                     self.producers,
-                    if self.in_flight > 1 {
+                    self.protocol,
+                    if self.in_flight > 1 && self.batch_size > 1 {
+                        format!(
+                            "sends of {} events of {} B, {} unacknowledged each",
+                            self.batch_size, self.event_size_bytes, self.in_flight
+                        )
+                    } else if self.in_flight > 1 {
                         format!(
                             "events of {} B published one by one, {} unacknowledged each",
                             self.event_size_bytes, self.in_flight
@@ -362,6 +373,7 @@ mod tests {
             latency_us.record(us).unwrap();
         }
         Measurements {
+            protocol: "grpc",
             hub: "bench-1".into(),
             partitions: 4,
             replication_factor: 3,

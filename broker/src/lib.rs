@@ -19,7 +19,6 @@ pub mod readers;
 pub mod retention;
 pub mod service;
 pub mod status;
-pub mod telemetry;
 
 pub use auth::{Auth, Credential, Scope};
 pub use broker::{Broker, BrokerLimits, Target};

@@ -8,6 +8,7 @@ pub mod http;
 pub mod identity;
 pub mod restart_drain;
 pub mod root_connection_string;
+pub mod telemetry;
 
 pub use tributary_net::{cert, limits, peer_port, tls};
 
@@ -20,7 +21,7 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tributary_broker::cluster::{ClusterRuntime, ClusterService, MembershipConfig};
 use tributary_broker::{Auth, Broker, BrokerLimits, Service, capture, checkpoints, placement};
-use tributary_broker::{retention, status, telemetry};
+use tributary_broker::{retention, status};
 use tributary_controller::state::NodeRecord;
 use tributary_grpc::GrpcApi;
 use tributary_proto::peer::cluster_server::ClusterServer;

@@ -1,4 +1,5 @@
-//! AMQP 1.0 for the Event Hubs front end: a pure codec, and the server side of a connection.
+//! AMQP 1.0 for the Event Hubs front end: a pure codec and the server side of a connection
+//! (the client side is `tributary-amqp-client`).
 //!
 //! - [`Value`]: the AMQP type system, with an encoder that always writes a valid compact
 //!   form and a lenient decoder that never panics and bounds depth, counts and allocation.
@@ -37,8 +38,9 @@ pub mod server;
 mod terminus;
 mod types;
 
-#[cfg(test)]
-mod test_support;
+/// Generators and helpers of the crate's tests (and tributary-amqp-client's).
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_support;
 
 pub use connection::{Begin, Close, End, Open};
 pub use decode::MAX_DEPTH;

@@ -9,7 +9,7 @@ use crate::*;
 
 /// Cases per property; each failure prints proptest's seed and is kept in
 /// `proptest-regressions/` for replay.
-pub(crate) fn config(cases: u32) -> ProptestConfig {
+pub fn config(cases: u32) -> ProptestConfig {
     ProptestConfig {
         cases,
         ..ProptestConfig::default()
@@ -17,7 +17,7 @@ pub(crate) fn config(cases: u32) -> ProptestConfig {
 }
 
 /// Every `Value` in a tree: the decoder creates at most one per input byte.
-pub(crate) fn node_count(value: &Value) -> usize {
+pub fn node_count(value: &Value) -> usize {
     1 + match value {
         Value::List(items) => items.iter().map(node_count).sum(),
         Value::Map(pairs) => pairs
@@ -33,7 +33,7 @@ pub(crate) fn node_count(value: &Value) -> usize {
     }
 }
 
-pub(crate) fn hex(s: &str) -> Vec<u8> {
+pub fn hex(s: &str) -> Vec<u8> {
     let digits: Vec<u8> = s.bytes().filter(u8::is_ascii_hexdigit).collect();
     digits
         .chunks(2)
@@ -41,11 +41,11 @@ pub(crate) fn hex(s: &str) -> Vec<u8> {
         .collect()
 }
 
-pub(crate) fn arb_bytes(max_len: usize) -> impl Strategy<Value = Bytes> {
+pub fn arb_bytes(max_len: usize) -> impl Strategy<Value = Bytes> {
     vec(any::<u8>(), 0..max_len).prop_map(Bytes::from)
 }
 
-pub(crate) fn arb_symbol() -> impl Strategy<Value = Symbol> {
+pub fn arb_symbol() -> impl Strategy<Value = Symbol> {
     "[a-z:.-]{0,12}".prop_map(Symbol::from)
 }
 
@@ -57,7 +57,7 @@ fn array_of(kind: ValueKind, items: Vec<Value>) -> Value {
     Value::Array(Array::new(kind, items).unwrap())
 }
 
-pub(crate) fn arb_leaf() -> impl Strategy<Value = Value> {
+pub fn arb_leaf() -> impl Strategy<Value = Value> {
     prop_oneof![
         Just(Value::Null),
         any::<bool>().prop_map(Value::Boolean),
@@ -130,7 +130,7 @@ fn arb_array(
     ]
 }
 
-pub(crate) fn arb_value() -> impl Strategy<Value = Value> {
+pub fn arb_value() -> impl Strategy<Value = Value> {
     arb_leaf().prop_recursive(4, 48, 6, |inner| {
         prop_oneof![
             vec(inner.clone(), 0..6).prop_map(Value::List),
@@ -509,7 +509,7 @@ fn arb_sasl() -> BoxedStrategy<Performative> {
     .boxed()
 }
 
-pub(crate) fn arb_performative() -> BoxedStrategy<Performative> {
+pub fn arb_performative() -> BoxedStrategy<Performative> {
     prop_oneof![
         arb_open(),
         arb_begin(),
@@ -576,7 +576,7 @@ fn arb_properties() -> BoxedStrategy<Option<Properties>> {
     .boxed()
 }
 
-pub(crate) fn arb_message() -> BoxedStrategy<Message> {
+pub fn arb_message() -> BoxedStrategy<Message> {
     let header = proptest::option::of(
         (
             any::<bool>(),
@@ -628,7 +628,7 @@ pub(crate) fn arb_message() -> BoxedStrategy<Message> {
 }
 
 /// One of each performative with every optional field set where the SDKs need it.
-pub(crate) fn sample_performatives() -> Vec<Performative> {
+pub fn sample_performatives() -> Vec<Performative> {
     let error = Some(AmqpError::new(
         condition::LINK_STOLEN,
         "taken over by epoch 2",
@@ -725,7 +725,7 @@ pub(crate) fn sample_performatives() -> Vec<Performative> {
 }
 
 /// Applies `(position, byte, operation)` edits: 0 flips bits, 1 inserts, 2 deletes.
-pub(crate) fn mutate(bytes: &mut Vec<u8>, edits: &[(u16, u8, u8)]) {
+pub fn mutate(bytes: &mut Vec<u8>, edits: &[(u16, u8, u8)]) {
     for &(position, byte, operation) in edits {
         let at = usize::from(position) % (bytes.len() + 1);
         match operation {

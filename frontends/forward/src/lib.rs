@@ -23,13 +23,13 @@ use tributary_proto::peer::{
     ForwardPosition, ForwardPropertiesReply, ForwardPropertiesRequest, ForwardReadBatch,
     ForwardReadRequest, ForwardSendReply, ForwardSendRequest, forward_position,
 };
-use tributary_raft::ProducerStamp;
+
 use tributary_types::{NodeId, Offset, PartitionId, Rights, SequenceNumber};
 
 use tributary_broker::partition::codec;
 use tributary_broker::service::{
-    PartitionProperties, Position, ReadBatch, ReadEvent, ReadRequest, ReadStream, SendReply,
-    SendRequest, Service, Target,
+    PartitionProperties, Position, ProducerStamp, ReadBatch, ReadEvent, ReadRequest, ReadStream,
+    SendReply, SendRequest, Service, Target,
 };
 use tributary_broker::{Credential, Error, ErrorKind, Scope};
 
@@ -627,7 +627,7 @@ impl Forward for ForwardService {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::partition::codec::{EventRecord, Property};
+    use tributary_broker::service::{EventRecord, Property};
 
     #[test]
     fn positions_cross_the_wire_unchanged() {

@@ -45,6 +45,10 @@ mod requests;
 mod session;
 mod transport;
 
+/// The scripted client and fake backend of the server's tests (also tributary-amqp-client's).
+#[cfg(any(test, feature = "test-support"))]
+#[path = "tests/client.rs"]
+pub mod test_backend;
 #[cfg(test)]
 mod tests;
 

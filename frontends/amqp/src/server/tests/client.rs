@@ -1,5 +1,6 @@
 //! A scripted AMQP client written with the codec, and a backend with fixed answers: the
-//! helpers of the server tests, so an API change touches one place.
+//! helpers of the server tests (the backend also serves the client's, in `client/tests`), so
+//! an API change touches one place.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,36 +19,36 @@ use crate::server::{
 };
 use crate::*;
 
-pub(super) const HOST: &str = "ns.example.com";
-pub(super) const GOOD_TOKEN: &str = "SharedAccessSignature sr=good&sig=x&se=1&skn=rule";
+pub const HOST: &str = "ns.example.com";
+pub const GOOD_TOKEN: &str = "SharedAccessSignature sr=good&sig=x&se=1&skn=rule";
 /// The fake clock starts here (2026-01-01).
-pub(super) const START_UNIX_MS: i64 = 1_767_225_600_000;
-pub(super) const TOKEN_LIFETIME_MS: i64 = 3_600_000;
+pub const START_UNIX_MS: i64 = 1_767_225_600_000;
+pub const TOKEN_LIFETIME_MS: i64 = 3_600_000;
 
 /// Knows the hub `hub` with partitions 0 and 1, the token [`GOOD_TOKEN`] and the PLAIN user
 /// `rule` with key `key`. Its clock follows tokio's (paused in tests). It records sends and
 /// answers them as [`FakeBackend::send_answer`] says; readers it opens are fed by the test
 /// through [`FakeBackend::readers`].
-pub(super) struct FakeBackend {
+pub struct FakeBackend {
     start: Instant,
     /// Every send, in the order the connection called `send`.
-    pub(super) sends: Mutex<Vec<SentCall>>,
-    pub(super) send_answer: Mutex<SendAnswer>,
+    pub sends: Mutex<Vec<SentCall>>,
+    pub send_answer: Mutex<SendAnswer>,
     /// Every reader opened, with the sender that feeds its stream.
-    pub(super) readers: Mutex<Vec<(ReadRequest, mpsc::Sender<EventBatch>)>>,
+    pub readers: Mutex<Vec<(ReadRequest, mpsc::Sender<EventBatch>)>>,
 }
 
 /// One call of `send`.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct SentCall {
-    pub(super) hub: String,
-    pub(super) target: SendTarget,
-    pub(super) events: Vec<AmqpEvent>,
+pub struct SentCall {
+    pub hub: String,
+    pub target: SendTarget,
+    pub events: Vec<AmqpEvent>,
 }
 
 /// How the fake answers sends.
 #[derive(Debug, Clone)]
-pub(super) enum SendAnswer {
+pub enum SendAnswer {
     Commit,
     /// Commits after this long (on tokio's clock).
     CommitAfter(Duration),
@@ -55,7 +56,7 @@ pub(super) enum SendAnswer {
 }
 
 impl FakeBackend {
-    pub(super) fn new() -> Arc<FakeBackend> {
+    pub fn new() -> Arc<FakeBackend> {
         Arc::new(FakeBackend {
             start: Instant::now(),
             sends: Mutex::new(Vec::new()),
@@ -64,16 +65,16 @@ impl FakeBackend {
         })
     }
 
-    pub(super) fn answer_sends(&self, answer: SendAnswer) {
+    pub fn answer_sends(&self, answer: SendAnswer) {
         *self.send_answer.lock().unwrap() = answer;
     }
 
-    pub(super) fn sent(&self) -> Vec<SentCall> {
+    pub fn sent(&self) -> Vec<SentCall> {
         self.sends.lock().unwrap().clone()
     }
 
     /// The feeding end of the `index`th reader opened.
-    pub(super) fn reader(&self, index: usize) -> (ReadRequest, mpsc::Sender<EventBatch>) {
+    pub fn reader(&self, index: usize) -> (ReadRequest, mpsc::Sender<EventBatch>) {
         self.readers.lock().unwrap()[index].clone()
     }
 
@@ -219,34 +220,32 @@ impl Backend for FakeBackend {
 
 /// A frame the server sent, with the field count of its list on the wire.
 #[derive(Debug)]
-pub(super) struct Received {
-    pub(super) channel: Channel,
-    pub(super) performative: Performative,
-    pub(super) payload: Bytes,
+pub struct Received {
+    pub channel: Channel,
+    pub performative: Performative,
+    pub payload: Bytes,
     /// The frame's size on the wire.
-    pub(super) frame_bytes: usize,
+    pub frame_bytes: usize,
 }
 
 /// A client over an in-memory stream; frames are buffered by `write` and sent by `flush`,
 /// so a test can pipeline like pyamqp.
-pub(super) struct TestClient {
+pub struct TestClient {
     io: DuplexStream,
     input: BytesMut,
     pending: Vec<u8>,
     next_delivery_id: u32,
 }
 
-pub(super) type Server = JoinHandle<Result<(), ConnectionError>>;
+pub type Server = JoinHandle<Result<(), ConnectionError>>;
 
-pub(super) fn start(limits: ConnectionLimits) -> (TestClient, Server) {
+pub fn start(limits: ConnectionLimits) -> (TestClient, Server) {
     let (client, server, _) = start_with_backend(limits);
     (client, server)
 }
 
 /// [`start`], keeping the fake backend for the test to drive.
-pub(super) fn start_with_backend(
-    limits: ConnectionLimits,
-) -> (TestClient, Server, Arc<FakeBackend>) {
+pub fn start_with_backend(limits: ConnectionLimits) -> (TestClient, Server, Arc<FakeBackend>) {
     let (client, server) = tokio::io::duplex(1 << 20);
     let fake = FakeBackend::new();
     let backend: Arc<dyn Backend> = fake.clone();
@@ -291,11 +290,11 @@ fn assert_full_length(body: &[u8]) {
 }
 
 impl TestClient {
-    pub(super) fn write_bytes(&mut self, bytes: &[u8]) {
+    pub fn write_bytes(&mut self, bytes: &[u8]) {
         self.pending.extend_from_slice(bytes);
     }
 
-    pub(super) fn write(&mut self, channel: u16, performative: impl Into<Performative>) {
+    pub fn write(&mut self, channel: u16, performative: impl Into<Performative>) {
         write_performative(
             &mut self.pending,
             Channel(channel),
@@ -304,12 +303,12 @@ impl TestClient {
         );
     }
 
-    pub(super) async fn flush(&mut self) {
+    pub async fn flush(&mut self) {
         let bytes = std::mem::take(&mut self.pending);
         self.io.write_all(&bytes).await.unwrap();
     }
 
-    pub(super) async fn shutdown(&mut self) {
+    pub async fn shutdown(&mut self) {
         self.flush().await;
         self.io.shutdown().await.unwrap();
     }
@@ -322,14 +321,14 @@ impl TestClient {
     }
 
     /// Reads and drops everything until the server hangs up.
-    pub(super) async fn drain_to_eof(&mut self) {
+    pub async fn drain_to_eof(&mut self) {
         while self.fill().await {
             self.input.clear();
         }
         self.input.clear();
     }
 
-    pub(super) async fn read_header(&mut self) -> ProtocolHeader {
+    pub async fn read_header(&mut self) -> ProtocolHeader {
         loop {
             if let Some(header) = ProtocolHeader::parse(&self.input).unwrap() {
                 let _ = self.input.split_to(8);
@@ -340,7 +339,7 @@ impl TestClient {
     }
 
     /// The next frame, heartbeats included (`None` for one); panics at EOF.
-    pub(super) async fn read_frame_or_heartbeat(&mut self) -> Option<Received> {
+    pub async fn read_frame_or_heartbeat(&mut self) -> Option<Received> {
         loop {
             if let Some(frame) = read_frame(&mut self.input, u32::MAX).unwrap() {
                 if frame.is_heartbeat() {
@@ -362,7 +361,7 @@ impl TestClient {
     }
 
     /// The next frame that is not a heartbeat.
-    pub(super) async fn read(&mut self) -> Received {
+    pub async fn read(&mut self) -> Received {
         loop {
             if let Some(received) = self.read_frame_or_heartbeat().await {
                 return received;
@@ -371,11 +370,11 @@ impl TestClient {
     }
 
     /// True when the server closed its side, after anything still unread.
-    pub(super) async fn at_eof(&mut self) -> bool {
+    pub async fn at_eof(&mut self) -> bool {
         self.input.is_empty() && !self.fill().await
     }
 
-    pub(super) async fn read_sasl_mechanisms(&mut self) -> Vec<Symbol> {
+    pub async fn read_sasl_mechanisms(&mut self) -> Vec<Symbol> {
         assert_eq!(self.read_header().await, ProtocolHeader::SASL);
         loop {
             let Some(frame) = read_frame(&mut self.input, u32::MAX).unwrap() else {
@@ -405,7 +404,7 @@ impl TestClient {
     }
 
     /// SASL with `mechanism`, returning the outcome code.
-    pub(super) async fn sasl(&mut self, mechanism: &str, response: Option<&[u8]>) -> SaslCode {
+    pub async fn sasl(&mut self, mechanism: &str, response: Option<&[u8]>) -> SaslCode {
         self.write_bytes(&ProtocolHeader::SASL.to_bytes());
         self.flush().await;
         let mechanisms = self.read_sasl_mechanisms().await;
@@ -427,12 +426,12 @@ impl TestClient {
     }
 
     /// pyamqp's pipelined start: AMQP header, open and begin on channel 1 (not flushed).
-    pub(super) fn write_open_and_begin(&mut self, idle_timeout_ms: Option<u32>) {
+    pub fn write_open_and_begin(&mut self, idle_timeout_ms: Option<u32>) {
         self.write_open_and_begin_with(idle_timeout_ms, 1 << 20);
     }
 
     /// [`TestClient::write_open_and_begin`] with our max-frame-size.
-    pub(super) fn write_open_and_begin_with(
+    pub fn write_open_and_begin_with(
         &mut self,
         idle_timeout_ms: Option<u32>,
         max_frame_size_bytes: u32,
@@ -465,7 +464,7 @@ impl TestClient {
     }
 
     /// Reads the server's header, open and begin, checking what pyamqp computes with.
-    pub(super) async fn read_open_and_begin(&mut self) -> Open {
+    pub async fn read_open_and_begin(&mut self) -> Open {
         assert_eq!(self.read_header().await, ProtocolHeader::AMQP);
         let Performative::Open(open) = self.read().await.performative else {
             panic!("expected open")
@@ -485,7 +484,7 @@ impl TestClient {
 
     /// The attach pair of `$cbs` or `$management` on session 1: receiver on `handle`,
     /// sender on `handle + 1` (not flushed).
-    pub(super) fn write_attach_pair(&mut self, address: &str, handle: u32) {
+    pub fn write_attach_pair(&mut self, address: &str, handle: u32) {
         self.write(
             1,
             attach(
@@ -508,7 +507,7 @@ impl TestClient {
 
     /// Reads the server's attaches for a pair and the flow granting credit on the request
     /// link; then gives credit on the reply link.
-    pub(super) async fn read_attach_pair(&mut self, handle: u32) {
+    pub async fn read_attach_pair(&mut self, handle: u32) {
         let reply = self.read_attach(Handle(handle)).await;
         assert_eq!(reply.role, Role::Sender);
         assert_eq!(reply.initial_delivery_count, Some(0));
@@ -534,7 +533,7 @@ impl TestClient {
         );
     }
 
-    pub(super) async fn read_attach(&mut self, handle: Handle) -> Attach {
+    pub async fn read_attach(&mut self, handle: Handle) -> Attach {
         let Performative::Attach(attach) = self.read().await.performative else {
             panic!("expected attach")
         };
@@ -546,13 +545,13 @@ impl TestClient {
     }
 
     /// Sends a request message on `handle` of session 1, unsettled.
-    pub(super) fn write_request(&mut self, handle: u32, message: &Message) {
+    pub fn write_request(&mut self, handle: u32, message: &Message) {
         self.write_delivery(handle, 0, false, &[&message.to_bytes()]);
     }
 
     /// Sends one delivery on `handle` of session 1 in as many transfer frames as `frames`
     /// has parts (only the first carries id and tag); returns its delivery id.
-    pub(super) fn write_delivery(
+    pub fn write_delivery(
         &mut self,
         handle: u32,
         message_format: u32,
@@ -583,7 +582,7 @@ impl TestClient {
 
     /// Attaches a sender link to `address` on `handle` and reads our attach and the flow
     /// granting credit; returns both.
-    pub(super) async fn attach_sender(&mut self, handle: u32, address: &str) -> (Attach, Flow) {
+    pub async fn attach_sender(&mut self, handle: u32, address: &str) -> (Attach, Flow) {
         self.write(1, attach("sender", handle, Role::Sender, address));
         self.flush().await;
         let reply = self.read_attach(Handle(handle)).await;
@@ -595,7 +594,7 @@ impl TestClient {
     }
 
     /// The next disposition.
-    pub(super) async fn read_disposition(&mut self) -> Disposition {
+    pub async fn read_disposition(&mut self) -> Disposition {
         let received = self.read().await;
         let Performative::Disposition(disposition) = received.performative else {
             panic!("expected disposition, got {:?}", received.performative)
@@ -605,7 +604,7 @@ impl TestClient {
     }
 
     /// Gives `credit` on link `handle` (delivery-count as the server last said).
-    pub(super) fn write_flow(&mut self, handle: u32, delivery_count: u32, credit: u32, echo: bool) {
+    pub fn write_flow(&mut self, handle: u32, delivery_count: u32, credit: u32, echo: bool) {
         self.write(
             1,
             Flow {
@@ -624,7 +623,7 @@ impl TestClient {
 
     /// Reads one delivery's transfers and decodes the message; returns the first transfer
     /// and how many frames it took.
-    pub(super) async fn read_delivery(&mut self) -> (Transfer, Message, usize) {
+    pub async fn read_delivery(&mut self) -> (Transfer, Message, usize) {
         let mut payload = BytesMut::new();
         let mut first = None;
         let mut frames = 0;
@@ -646,7 +645,7 @@ impl TestClient {
     }
 
     /// Reads the disposition settling a request and the reply transfer on `reply_handle`.
-    pub(super) async fn read_reply(&mut self, reply_handle: u32) -> Message {
+    pub async fn read_reply(&mut self, reply_handle: u32) -> Message {
         let Performative::Disposition(disposition) = self.read().await.performative else {
             panic!("expected disposition")
         };
@@ -665,7 +664,7 @@ impl TestClient {
 
     /// Detaches `handles`, ends session 1 and closes, without waiting (as pyamqp does), then
     /// checks the server's answers and that it hung up.
-    pub(super) async fn close_all(mut self, handles: &[u32], server: Server) {
+    pub async fn close_all(mut self, handles: &[u32], server: Server) {
         for handle in handles {
             self.write(
                 1,
@@ -698,7 +697,7 @@ impl TestClient {
     }
 
     /// Reads the close the server sends on an error and the error `serve_connection` returns.
-    pub(super) async fn expect_close(mut self, condition: &str, server: Server) -> ConnectionError {
+    pub async fn expect_close(mut self, condition: &str, server: Server) -> ConnectionError {
         loop {
             if let Performative::Close(close) = self.read().await.performative {
                 let error = close.error.expect("the close carries an error");
@@ -712,7 +711,7 @@ impl TestClient {
     }
 }
 
-pub(super) fn attach(name: &str, handle: u32, role: Role, address: &str) -> Attach {
+pub fn attach(name: &str, handle: u32, role: Role, address: &str) -> Attach {
     let terminus = |a: &str| Some(a.to_owned());
     let (source, target) = match role {
         Role::Sender => (format!("sender-link-{handle}"), address.to_owned()),
@@ -742,7 +741,7 @@ pub(super) fn attach(name: &str, handle: u32, role: Role, address: &str) -> Atta
     }
 }
 
-pub(super) fn request(message_id: [u8; 16], properties: &[(&str, Value)], body: Body) -> Message {
+pub fn request(message_id: [u8; 16], properties: &[(&str, Value)], body: Body) -> Message {
     Message {
         properties: Some(Properties {
             message_id: Some(MessageId::Uuid(message_id)),
@@ -760,7 +759,7 @@ pub(super) fn request(message_id: [u8; 16], properties: &[(&str, Value)], body: 
 }
 
 /// pyamqp's put-token request.
-pub(super) fn put_token(message_id: [u8; 16], token: &str) -> Message {
+pub fn put_token(message_id: [u8; 16], token: &str) -> Message {
     request(
         message_id,
         &[
@@ -780,7 +779,7 @@ pub(super) fn put_token(message_id: [u8; 16], token: &str) -> Message {
 }
 
 /// A READ request; `security_token` as pyamqp adds it, or none.
-pub(super) fn read_request(
+pub fn read_request(
     message_id: [u8; 16],
     entity_type: &str,
     partition: Option<&str>,
@@ -801,7 +800,7 @@ pub(super) fn read_request(
 }
 
 /// An application property of a reply.
-pub(super) fn app<'a>(message: &'a Message, key: &str) -> &'a Value {
+pub fn app<'a>(message: &'a Message, key: &str) -> &'a Value {
     message
         .application_properties
         .iter()
@@ -812,7 +811,7 @@ pub(super) fn app<'a>(message: &'a Message, key: &str) -> &'a Value {
 }
 
 /// The body map of a READ reply, asserting string keys.
-pub(super) fn body_map(message: &Message) -> Vec<(String, Value)> {
+pub fn body_map(message: &Message) -> Vec<(String, Value)> {
     let Body::Value(Value::Map(pairs)) = &message.body else {
         panic!("the body is not an amqp-value map: {:?}", message.body)
     };

@@ -1,6 +1,6 @@
 //! End-to-end tests of `serve_connection` over an in-memory stream, one behaviour each.
 
-mod client;
+pub(crate) use super::test_backend as client;
 mod consume;
 mod publish;
 

@@ -10,12 +10,12 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::status::ClusterStatus;
 use openraft::type_config::async_runtime::WatchReceiver;
+use tributary_broker::status::ClusterStatus;
 use tributary_raft::member_node;
 use tributary_types::GroupId;
 
-use crate::broker::Broker;
+use tributary_broker::Broker;
 
 /// How often the gauges are sampled.
 pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(2);
@@ -137,7 +137,7 @@ async fn sample_controller(broker: &Broker) {
     let leader = broker.runtime().is_controller_leader();
     metrics::gauge!("tributary_controller_leader").set(u8::from(leader));
     let counts = if leader {
-        cluster_counts(&crate::status::cluster_status(broker).await)
+        cluster_counts(&tributary_broker::status::cluster_status(broker).await)
     } else {
         ClusterCounts::default()
     };
@@ -170,16 +170,16 @@ async fn sample_checkpoints(broker: &Broker) {
 mod tests {
     use super::*;
 
-    fn node(id: u64, up: bool) -> crate::status::NodeStatus {
-        crate::status::NodeStatus {
+    fn node(id: u64, up: bool) -> tributary_broker::status::NodeStatus {
+        tributary_broker::status::NodeStatus {
             id,
             up,
             ..Default::default()
         }
     }
 
-    fn partition(id: u32, leader: u64) -> crate::status::PartitionStatus {
-        crate::status::PartitionStatus {
+    fn partition(id: u32, leader: u64) -> tributary_broker::status::PartitionStatus {
+        tributary_broker::status::PartitionStatus {
             event_hub: "h".into(),
             partition_id: id.to_string(),
             leader,
