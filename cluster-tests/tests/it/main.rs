@@ -3,6 +3,7 @@
 
 mod advertise;
 mod amqp_cluster;
+mod amqp_types;
 mod auth;
 mod bench;
 mod bench_failover;
