@@ -42,6 +42,9 @@ pub(crate) struct AmqpTarget {
     pub(crate) key_name: String,
     /// `None`: SASL ANONYMOUS and a placeholder token.
     pub(crate) key: Option<String>,
+    /// Partition id to the index in `addrs` of its leader: a partition's producers connect
+    /// there. Empty: connections go round robin.
+    pub(crate) leaders: std::collections::HashMap<String, usize>,
 }
 
 /// One producer's sender link and how it picks keys.
@@ -63,25 +66,41 @@ pub(crate) async fn sinks(
     if target.addrs.is_empty() {
         bail!("no AMQP address to send to: give --amqp-addr HOST:PORT");
     }
+    let to_leaders = !target.leaders.is_empty() && keys == KeyDistribution::Partition;
     let mut connections = Vec::new();
     for index in 0..producers.clamp(1, CONNECTIONS_MAX) {
+        if to_leaders {
+            break;
+        }
         let addr = &target.addrs[index % target.addrs.len()];
         connections.push(connect(target, addr, index).await?);
     }
+    // With leaders known, one connection per node, opened as its first producer needs it.
+    let mut by_node: Vec<Option<Connection>> = (0..target.addrs.len()).map(|_| None).collect();
     let mut sinks = Vec::with_capacity(producers);
     for index in 0..producers {
+        let partition = &partition_ids[index % partition_ids.len()];
         let address = match keys {
-            KeyDistribution::Partition => format!(
-                "{}/Partitions/{}",
-                target.hub,
-                partition_ids[index % partition_ids.len()]
-            ),
+            KeyDistribution::Partition => format!("{}/Partitions/{partition}", target.hub),
             KeyDistribution::RoundRobin | KeyDistribution::RandomKey => target.hub.clone(),
         };
         let options = SenderOptions {
             in_flight_max: in_flight.max(1) as usize,
         };
-        let sender = connections[index % connections.len()]
+        let leader = target.leaders.get(partition).filter(|_| to_leaders);
+        let connection = match leader {
+            Some(&node) => {
+                if by_node[node].is_none() {
+                    by_node[node] = Some(connect(target, &target.addrs[node], node).await?);
+                }
+                by_node[node].as_ref().expect("opened above")
+            }
+            None if connections.is_empty() => bail!(
+                "no leader is known for partition {partition}: it is not in the cluster status"
+            ),
+            None => &connections[index % connections.len()],
+        };
+        let sender = connection
             .open_sender(&address, options)
             .await
             .with_context(|| format!("cannot attach a sender link to '{address}'"))?;
@@ -351,6 +370,7 @@ mod tests {
             hub: "hub".into(),
             key_name: "root".into(),
             key: key.map(str::to_owned),
+            leaders: Default::default(),
         }
     }
 

@@ -86,6 +86,12 @@ pub struct BenchArgs {
     /// created and deleted, and consumers still read, over gRPC at --endpoint.
     #[arg(long, value_delimiter = ',', value_name = "HOST:PORT")]
     pub amqp_addr: Vec<String>,
+    /// With --amqp-addr listing node 1's address first, node 2's next and so on: connect
+    /// each producer of a partition to the node leading it (as a client that knows the
+    /// cluster's topology does, and as the gRPC producers do). Without it connections go
+    /// round robin, and sends to partitions led elsewhere are forwarded by the node.
+    #[arg(long)]
+    pub amqp_to_leaders: bool,
     /// The shared-access rule --amqp-key belongs to.
     #[arg(long, default_value = "root")]
     pub amqp_key_name: String,
@@ -258,6 +264,47 @@ pub(crate) fn emit(
     Ok(())
 }
 
+/// The index in --amqp-addr (node id - 1) of each partition's leader, per the cluster
+/// status, once every partition of the hub has one (waiting up to 30 s).
+async fn partition_leaders(
+    client: &Client,
+    hub: &str,
+    nodes: usize,
+) -> anyhow::Result<std::collections::HashMap<String, usize>> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = client
+            .cluster_status()
+            .await
+            .context("cannot read the cluster status for the partitions' leaders")?;
+        let partitions: Vec<_> = status
+            .partitions
+            .iter()
+            .filter(|p| p.event_hub == hub)
+            .collect();
+        let led = !partitions.is_empty() && partitions.iter().all(|p| p.leader > 0);
+        if led || std::time::Instant::now() >= deadline {
+            let mut leaders = std::collections::HashMap::new();
+            for partition in partitions {
+                let index = usize::try_from(partition.leader)
+                    .ok()
+                    .and_then(|id| id.checked_sub(1))
+                    .filter(|index| *index < nodes)
+                    .with_context(|| {
+                        format!(
+                            "partition {} of '{hub}' is led by node {} (0: none yet), which has \
+                             no address among the {nodes} of --amqp-addr (list node 1's first)",
+                            partition.partition_id, partition.leader
+                        )
+                    })?;
+                leaders.insert(partition.partition_id.clone(), index);
+            }
+            return Ok(leaders);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Runs the consumers (if any) and the producers against `hub` and measures them.
 async fn measure(
     endpoint: &str,
@@ -281,11 +328,17 @@ async fn measure(
     let amqp_sinks = if args.amqp_addr.is_empty() {
         None
     } else {
+        let leaders = if args.amqp_to_leaders {
+            partition_leaders(&clients[0], &hub.name, args.amqp_addr.len()).await?
+        } else {
+            Default::default()
+        };
         let target = amqp::AmqpTarget {
             addrs: args.amqp_addr.clone(),
             hub: hub.name.clone(),
             key_name: args.amqp_key_name.clone(),
             key: args.amqp_key.clone(),
+            leaders,
         };
         let sinks = amqp::sinks(
             &target,
