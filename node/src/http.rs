@@ -232,6 +232,22 @@ fn describe_added_metrics() {
         "1 for the node's current labels: version is its release, feature_level the highest cluster feature level it supports, cluster_feature_level the level its cluster runs (a series of an earlier cluster level stays at 0)"
     );
     set_build_info(1);
+    describe_gauge!(
+        "tributary_amqp_connections",
+        "AMQP connections open on this node (both listeners)"
+    );
+    describe_gauge!(
+        "tributary_amqp_links",
+        "AMQP links open on this node, by kind (send, receive, cbs, management)"
+    );
+    describe_counter!(
+        "tributary_amqp_transfers_total",
+        "AMQP deliveries: published ones handed to the broker (direction in) and events queued for receivers (direction out)"
+    );
+    describe_counter!(
+        "tributary_amqp_errors_total",
+        "AMQP errors sent to clients (in a close, end, detach, SASL outcome, rejected delivery or status reply), by condition"
+    );
     describe_counter!(
         "tributary_bytes_out_total",
         Unit::Bytes,

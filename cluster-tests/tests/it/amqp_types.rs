@@ -7,7 +7,7 @@ use tributary_amqp::server::StartPosition;
 use tributary_amqp::{Value, ValueKind, map_get};
 use tributary_amqp_client::{ConnectionOptions, ReceiverOptions, Sasl, connect, selector};
 use tributary_client::{Client, EventData, SendTarget};
-use tributary_cluster_tests::{NodeProcess, TestDir, cli_ok};
+use tributary_cluster_tests::{NodeProcess, TestDir, cli_ok, http_get};
 use tributary_types::partition_for_key;
 
 const HUB: &str = "typed";
@@ -135,4 +135,16 @@ async fn management_replies_and_annotations_have_the_types_the_sdks_cast_to() {
     }
     assert_eq!(event.partition_key(), Some(KEY));
     assert_eq!(event.sequence_number().map(|s| s.0), Some(0));
+
+    // The AMQP metrics beside the others.
+    let metrics = http_get(node.http_addr(), "/metrics").await.unwrap().body;
+    let value = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("/metrics has {series}:\n{metrics}"))
+    };
+    assert_eq!(value("tributary_amqp_connections "), 1.0);
+    assert_eq!(value("tributary_amqp_links{kind=\"receive\"} "), 1.0);
+    assert!(value("tributary_amqp_transfers_total{direction=\"out\"} ") >= 1.0);
 }

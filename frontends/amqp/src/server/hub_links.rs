@@ -171,6 +171,7 @@ impl Connection {
         let bytes = partial.bytes.len();
         match self.start_send(channel, handle, partial) {
             Ok((link_id, send)) => {
+                metrics::transfers("in", 1);
                 self.buffered_bytes += bytes;
                 self.sends.push(Box::pin(async move {
                     SendDone {
@@ -365,6 +366,7 @@ impl Connection {
         };
         let error = match ready.batch {
             Some(Ok(events)) => {
+                metrics::transfers("out", events.len());
                 for event in &events {
                     let message = delivered_message(event, runtime_metric.then_some(now));
                     let bytes = message.to_bytes();

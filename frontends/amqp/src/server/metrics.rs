@@ -1,4 +1,5 @@
-//! The connection's metrics: open connections, open links by kind, errors sent by condition.
+//! The connection's metrics: open connections, open links by kind, deliveries in and out,
+//! errors sent by condition.
 
 use metrics::{counter, gauge};
 
@@ -29,4 +30,10 @@ pub(crate) fn link_detached(kind: &'static str) {
 /// An error condition we sent in a close, end, detach, SASL outcome or status reply.
 pub(crate) fn error_sent(condition: &str) {
     counter!("tributary_amqp_errors_total", "condition" => condition.to_owned()).increment(1);
+}
+
+/// A published delivery handed to the backend (`in`), or an event queued for a receiver
+/// (`out`).
+pub(crate) fn transfers(direction: &'static str, count: usize) {
+    counter!("tributary_amqp_transfers_total", "direction" => direction).increment(count as u64);
 }
