@@ -7,6 +7,7 @@
 //! Tests wait for a condition with [`eventually`] (or [`poll_until`]), and need a tool from
 //! outside the workspace through [`require_tool`].
 
+mod amqp_probe;
 mod binary;
 mod cluster;
 pub mod containers;
@@ -22,6 +23,7 @@ mod seed;
 mod test_dir;
 mod tls;
 
+pub use amqp_probe::{AmqpsTrust, amqp_answers};
 pub use binary::{
     CLI_TIMEOUT, binary_path, cli, cli_ok, describe_output, output_within, tributary_command,
     workspace_dir,

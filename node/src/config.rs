@@ -1084,6 +1084,8 @@ mod tests {
         assert_eq!(config.auth, AuthMode::Sas);
         assert!(config.tls.client.is_some() && config.tls.peer.is_some());
         assert_eq!(config.seeds.len(), 3);
+        assert_eq!(config.amqps_addr, Some("10.0.0.11:5671".parse().unwrap()));
+        assert_eq!(config.amqp_addr, Some(AMQP_ADDR_DEFAULT.parse().unwrap()));
 
         let uncommented: String = EXAMPLE
             .lines()
@@ -1110,6 +1112,7 @@ mod tests {
         assert_eq!(config.placement, PlacementSettings::default());
         assert_eq!(config.retention, RetentionSettings::default());
         assert_eq!(config.connections, ConnectionSettings::default());
+        assert_eq!(config.amqp_addr, Some(AMQP_ADDR_DEFAULT.parse().unwrap()));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use serde_json::json;
 
 use super::OutputFormat;
+use super::amqp_connection::{AMQP_PORT_DEFAULT, AmqpConnectionStrings};
 use super::output::{Table, render_fields};
 use crate::{AuthorizationRule, Client, Rights, RuleKey, RuleKeys};
 
@@ -33,13 +34,17 @@ pub enum RuleCommand {
         #[arg(long)]
         hub: Option<String>,
     },
-    /// Print a rule's keys and primary and secondary connection strings.
+    /// Print a rule's keys and primary and secondary connection strings: for this CLI and
+    /// the Rust SDK, and for the Azure Event Hubs SDKs over AMQP (plain text and TLS), all
+    /// naming the host of --endpoint.
     Keys {
         /// Name of the rule.
         name: String,
         /// The event hub the rule belongs to; without it, a namespace rule.
         #[arg(long)]
         hub: Option<String>,
+        #[command(flatten)]
+        amqp: AmqpPortArg,
     },
     /// Replace one of a rule's keys with a new random one: tokens signed with the old key
     /// stop working at once, the other key's go on.
@@ -52,6 +57,8 @@ pub enum RuleCommand {
         /// The event hub the rule belongs to; without it, a namespace rule.
         #[arg(long)]
         hub: Option<String>,
+        #[command(flatten)]
+        amqp: AmqpPortArg,
     },
     /// Delete a rule; tokens signed with its keys stop working.
     Delete {
@@ -61,6 +68,15 @@ pub enum RuleCommand {
         #[arg(long)]
         hub: Option<String>,
     },
+}
+
+/// Where the plain-text AMQP connection strings point.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct AmqpPortArg {
+    /// Port of the nodes' plain-text AMQP listener (`serve --amqp-addr`), for the printed
+    /// AMQP connection strings. (Over TLS the Azure SDKs dial port 5671.)
+    #[arg(long, value_name = "PORT", default_value_t = AMQP_PORT_DEFAULT)]
+    pub amqp_port: u16,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -106,13 +122,18 @@ pub(crate) async fn run(
                 }
             }
         }
-        RuleCommand::Keys { name, hub } => {
+        RuleCommand::Keys { name, hub, amqp } => {
             let keys = client
                 .authorization_rule_keys(hub.as_deref(), &name)
                 .await?;
-            print_keys(output, &keys);
+            print_keys(output, &keys, client.endpoint(), amqp);
         }
-        RuleCommand::Rotate { name, key, hub } => {
+        RuleCommand::Rotate {
+            name,
+            key,
+            hub,
+            amqp,
+        } => {
             let key = match key {
                 KeyArg::Primary => RuleKey::Primary,
                 KeyArg::Secondary => RuleKey::Secondary,
@@ -120,7 +141,7 @@ pub(crate) async fn run(
             let keys = client
                 .regenerate_authorization_rule_key(hub.as_deref(), &name, key, None)
                 .await?;
-            print_keys(output, &keys);
+            print_keys(output, &keys, client.endpoint(), amqp);
         }
         RuleCommand::Delete { name, hub } => {
             client
@@ -153,7 +174,20 @@ fn rule_json(rule: &AuthorizationRule) -> serde_json::Value {
     })
 }
 
-fn print_keys(output: OutputFormat, keys: &RuleKeys) {
+/// The keys and connection strings; the AMQP ones name the host of `endpoint`, the node
+/// this CLI talks to.
+fn print_keys(output: OutputFormat, keys: &RuleKeys, endpoint: &str, amqp: AmqpPortArg) {
+    let amqp_strings = |key: &str| {
+        AmqpConnectionStrings::new(
+            endpoint,
+            amqp.amqp_port,
+            &keys.rule.name,
+            &keys.rule.event_hub,
+            key,
+        )
+    };
+    let primary = amqp_strings(&keys.primary_key);
+    let secondary = amqp_strings(&keys.secondary_key);
     match output {
         OutputFormat::Json => println!(
             "{}",
@@ -163,6 +197,10 @@ fn print_keys(output: OutputFormat, keys: &RuleKeys) {
                 "secondary_key": keys.secondary_key,
                 "primary_connection_string": keys.primary_connection_string,
                 "secondary_connection_string": keys.secondary_connection_string,
+                "primary_amqp_connection_string": primary.plain_text,
+                "secondary_amqp_connection_string": secondary.plain_text,
+                "primary_amqps_connection_string": primary.tls,
+                "secondary_amqps_connection_string": secondary.tls,
             })
         ),
         OutputFormat::Table => print!(
@@ -181,6 +219,10 @@ fn print_keys(output: OutputFormat, keys: &RuleKeys) {
                     "secondary connection string",
                     keys.secondary_connection_string.clone()
                 ),
+                ("primary AMQP connection string", primary.plain_text),
+                ("secondary AMQP connection string", secondary.plain_text),
+                ("primary AMQPS connection string", primary.tls),
+                ("secondary AMQPS connection string", secondary.tls),
             ])
         ),
     }

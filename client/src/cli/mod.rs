@@ -4,6 +4,7 @@
 //!
 //! `tributary bench` lives in the `tributary-bench` crate, which depends on this one.
 
+mod amqp_connection;
 mod auth;
 mod cluster;
 mod debug;
@@ -15,7 +16,7 @@ mod process;
 mod receive;
 mod send;
 
-pub use auth::{AuthCommand, RuleCommand};
+pub use auth::{AmqpPortArg, AuthCommand, RuleCommand};
 pub use debug::{DebugCommand, ReplicaEventsArgs};
 pub use group::GroupCommand;
 pub use hub::HubCommand;

@@ -1,12 +1,13 @@
 //! Authorization through the real binary: a node with `--auth sas` writes its root
 //! connection string, and the CLI works with `--connection-string` or
-//! `TRIBUTARY_CONNECTION_STRING`, and without one is refused.
+//! `TRIBUTARY_CONNECTION_STRING`, and without one is refused; `auth rule keys` prints the
+//! connection strings of this SDK and of the Azure SDKs over AMQP.
 
 use std::process::Output;
 
 use serde_json::Value;
 use tributary_cluster_tests::{
-    CLI_TIMEOUT, NodeProcess, TestDir, describe_output, http_get, output_within,
+    CLI_TIMEOUT, NodeProcess, TestDir, amqp_answers, describe_output, http_get, output_within,
     root_connection_string, tributary_command,
 };
 
@@ -44,6 +45,77 @@ async fn cli_refused(endpoint: &str, env: &[(&str, &str)], args: &[&str], expect
         args.join(" "),
         describe_output(&output)
     );
+}
+
+/// `auth rule keys` also prints, per key, the connection strings of the Azure Event Hubs
+/// SDKs over AMQP, naming the host of the CLI's endpoint: in plain text on port 5672 (or
+/// `--amqp-port`), over TLS with no port (the SDKs dial 5671). `keys` is its JSON output for
+/// rule `sender` of hub `orders`.
+async fn check_amqp_connection_strings(node: &NodeProcess, as_root: &[(&str, &str)], keys: &Value) {
+    let credential = |key: &str| {
+        let key = keys[key].as_str().unwrap();
+        format!("SharedAccessKeyName=sender;SharedAccessKey={key};EntityPath=orders")
+    };
+    let plain_text = |port: u16, key: &str| {
+        format!(
+            "Endpoint=sb://127.0.0.1:{port}/;{};UseDevelopmentEmulator=true",
+            credential(key)
+        )
+    };
+    let tls = |key: &str| format!("Endpoint=sb://127.0.0.1/;{}", credential(key));
+    assert_eq!(
+        keys["primary_amqp_connection_string"],
+        plain_text(5672, "primary_key")
+    );
+    assert_eq!(
+        keys["secondary_amqp_connection_string"],
+        plain_text(5672, "secondary_key")
+    );
+    assert_eq!(keys["primary_amqps_connection_string"], tls("primary_key"));
+    assert_eq!(
+        keys["secondary_amqps_connection_string"],
+        tls("secondary_key")
+    );
+
+    // The table, for this node's AMQP port: its plain-text string leads to the listener.
+    let amqp = node.amqp_addr();
+    let table = cli_ok(
+        &node.endpoint(),
+        as_root,
+        &[
+            "auth",
+            "rule",
+            "keys",
+            "sender",
+            "--hub",
+            "orders",
+            "--amqp-port",
+            &amqp.port().to_string(),
+        ],
+    )
+    .await;
+    for (field, value) in [
+        (
+            "primary AMQP connection string:",
+            plain_text(amqp.port(), "primary_key"),
+        ),
+        (
+            "secondary AMQP connection string:",
+            plain_text(amqp.port(), "secondary_key"),
+        ),
+        ("primary AMQPS connection string:", tls("primary_key")),
+        ("secondary AMQPS connection string:", tls("secondary_key")),
+    ] {
+        let line = table.lines().find(|line| line.starts_with(field));
+        assert_eq!(
+            line.map(|line| line[field.len()..].trim()),
+            Some(value.as_str()),
+            "{table}"
+        );
+    }
+    amqp_answers(amqp, None)
+        .await
+        .unwrap_or_else(|e| panic!("the AMQP listener the string names: {e}"));
 }
 
 #[tokio::test]
@@ -139,6 +211,7 @@ async fn cli_with_connection_strings() {
         .unwrap()
         .to_owned();
     assert!(sender.ends_with(";EntityPath=orders"), "{sender}");
+    check_amqp_connection_strings(&node, &as_root, &keys).await;
 
     // The sender may send to its hub, and nothing else.
     let as_sender = [("TRIBUTARY_CONNECTION_STRING", sender.as_str())];

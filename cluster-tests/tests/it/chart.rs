@@ -12,10 +12,11 @@
 //! - volumes are host directories with Kubernetes' ownership and modes (`fsGroup`,
 //!   `defaultMode`); the root filesystem is read-only and every capability dropped.
 //!
-//! Then the cluster must form (every pod answers its probes' paths), serve (the chart's own
-//! helm test pod creates a hub, sends and reads back through the client Service name, over
-//! TLS with the root key), and a pod's preStop hook must drain it so that it stops cleanly
-//! and undrains itself when it starts again. The drain is refused from another machine.
+//! Then the cluster must form (every pod answers its probes' paths, and AMQP on its `amqp`
+//! and `amqps` ports), serve (the chart's own helm test pod creates a hub, sends and reads
+//! back through the client Service name, over TLS with the root key), and a pod's preStop
+//! hook must drain it so that it stops cleanly and undrains itself when it starts again.
+//! The drain is refused from another machine.
 //!
 //! A second run renders `ci/insecure-values.yaml` (no TLS, no authorization): the cluster
 //! key alone must then let the pods start and form a cluster on the network.
@@ -35,8 +36,8 @@ use serde_norway::Value;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tributary_cluster_tests::containers::{IMAGE_DEFAULT, create_network, docker, image_exists};
 use tributary_cluster_tests::{
-    REQUIRED_VALUE, TestDir, binary_path, eventually, http_get, http_post, is_required, poll_until,
-    require_tool,
+    AmqpsTrust, REQUIRED_VALUE, TestDir, amqp_answers, binary_path, eventually, http_get,
+    http_post, is_required, poll_until, require_tool,
 };
 
 /// Set to `1` by scripts/chart-check, which provides what this test needs.
@@ -482,6 +483,32 @@ impl StartedChart {
         })
     }
 
+    /// The node container's AMQP ports are `expected` (by name), and on every pod each
+    /// answers AMQP: in plain text on `amqp`, over TLS with the pod's certificate (from the
+    /// cluster CA, valid for the pod's IP) on `amqps`.
+    async fn check_amqp(&self, expected: &[&str]) {
+        let names: Vec<&str> = seq(&self.node["ports"])
+            .iter()
+            .map(|port| str_of(&port["name"]))
+            .filter(|name| name.starts_with("amqp"))
+            .collect();
+        assert_eq!(names, expected, "the node container's AMQP ports");
+        let ca_pem = self.dir.path().join("ca").join("ca.pem");
+        for pod in &self.pods {
+            let ip = pod.ip.unwrap();
+            let server_name = ip.to_string();
+            for name in expected {
+                let addr = SocketAddr::from((ip, port_of(&self.node, &Value::from(*name))));
+                let tls = (*name == "amqps").then_some(AmqpsTrust {
+                    ca_pem: &ca_pem,
+                    server_name: &server_name,
+                });
+                let what = format!("{} answering AMQP on its {name} port ({addr})", pod.name);
+                eventually(READY_TIMEOUT, what, async || amqp_answers(addr, tls).await).await;
+            }
+        }
+    }
+
     /// Node `i`'s `/metrics`.
     async fn metrics(&self, i: usize) -> String {
         let http = port_of(&self.node, &Value::from("http"));
@@ -712,6 +739,8 @@ async fn the_rendered_statefulset_forms_a_cluster_that_serves_and_answers_its_pr
     assert!(chart.config_line("cluster_key_file").is_some());
     assert!(chart.config_line("peer_ca").is_some());
     assert!(chart.metrics(0).await.contains("tributary_peer_insecure 0"));
+    // AMQP for the Azure SDKs: plain text and, with TLS on, AMQPS.
+    chart.check_amqp(&["amqp", "amqps"]).await;
 
     // The chart's helm test pod: create a hub, send, read back, through the client
     // Service's name, over TLS with the root key. Its containers run in order.
@@ -839,6 +868,9 @@ async fn without_tls_the_cluster_key_alone_lets_the_pods_form_a_cluster() {
     };
     assert!(chart.config_line("cluster_key_file").is_some());
     assert_eq!(chart.config_line("peer_ca"), None, "no mutual TLS");
+    // AMQP in plain text only: AMQPS needs the client port's certificate.
+    assert_eq!(chart.config_line("amqps_addr"), None);
+    chart.check_amqp(&["amqp"]).await;
     // Every pod is ready: the cluster formed over peer connections the key admitted.
     for i in 0..chart.pods.len() {
         let metrics = chart.metrics(i).await;

@@ -1,6 +1,6 @@
 //! `deploy/compose/docker-compose.yml`: one command brings up a working three-node cluster
-//! (all three nodes up, a hub replicated on every node, events sent and read back through
-//! node 1's published port). The nodes' peer ports are on the compose network, so they
+//! (all three nodes up, each node's AMQP listener answering on its published port, a hub
+//! replicated on every node, events sent and read back through node 1's published port). The nodes' peer ports are on the compose network, so they
 //! start only with the cluster key the file's one-shot service makes: three nodes up means
 //! they hold it and admit each other.
 //!
@@ -10,6 +10,7 @@
 //! engine, compose tool or image fails the test). Without that variable it says so and
 //! passes at once.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -19,7 +20,8 @@ use tokio::time::Instant;
 use tributary_client::{Client, EventData, EventPosition, SendTarget};
 use tributary_cluster_tests::containers::{IMAGE_DEFAULT, image_exists};
 use tributary_cluster_tests::{
-    REQUIRED_VALUE, free_port, is_required, poll_until, require_tool, test_seed,
+    REQUIRED_VALUE, amqp_answers, eventually, free_port, is_required, poll_until, require_tool,
+    test_seed,
 };
 
 /// Set to `1` by scripts/compose-check, which provides what this test needs.
@@ -116,6 +118,7 @@ async fn compose_file_brings_up_a_working_three_node_cluster() {
     // A subnet and host ports of this run's own, so a developer's cluster can keep running.
     let subnet = format!("172.30.{}", 1 + seed % 250);
     let port = free_port();
+    let amqp_ports = [free_port(), free_port(), free_port()];
     let project = Project {
         tool,
         file: compose_file(),
@@ -126,6 +129,9 @@ async fn compose_file_brings_up_a_working_three_node_cluster() {
             ("TRIBUTARY_NODE1_PORT", port.to_string()),
             ("TRIBUTARY_NODE2_PORT", free_port().to_string()),
             ("TRIBUTARY_NODE3_PORT", free_port().to_string()),
+            ("TRIBUTARY_NODE1_AMQP_PORT", amqp_ports[0].to_string()),
+            ("TRIBUTARY_NODE2_AMQP_PORT", amqp_ports[1].to_string()),
+            ("TRIBUTARY_NODE3_AMQP_PORT", amqp_ports[2].to_string()),
         ],
     };
     let up = project.run(&["up", "-d"]);
@@ -157,6 +163,16 @@ async fn compose_file_brings_up_a_working_three_node_cluster() {
         panic!("three nodes up: {timed_out}; logs:\n{}", project.logs())
     });
     println!("three nodes up after {:?}", started.elapsed());
+
+    // Each node's AMQP listener, on its published port.
+    for (node, amqp_port) in (1..).zip(amqp_ports) {
+        let addr = SocketAddr::from(([127, 0, 0, 1], amqp_port));
+        let what = format!("node {node}'s AMQP listener answering on {addr}");
+        eventually(CLUSTER_UP_TIMEOUT, &what, async || {
+            amqp_answers(addr, None).await
+        })
+        .await;
+    }
 
     client
         .create_replicated_event_hub("compose", PARTITIONS, None, Some(3))

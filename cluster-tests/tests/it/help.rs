@@ -104,8 +104,11 @@ const COMMANDS: &[(&[&str], &[&str])] = &[
         &["--rights", "--hub", "--connection-string", "--endpoint"],
     ),
     (&["auth", "rule", "list"], &["--hub", "--connection-string"]),
-    (&["auth", "rule", "keys"], &["--hub"]),
-    (&["auth", "rule", "rotate"], &["--key", "--hub"]),
+    (&["auth", "rule", "keys"], &["--hub", "--amqp-port"]),
+    (
+        &["auth", "rule", "rotate"],
+        &["--key", "--hub", "--amqp-port"],
+    ),
     (&["auth", "rule", "delete"], &["--hub"]),
     (
         &["cert", "node"],

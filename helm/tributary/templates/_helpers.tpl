@@ -71,6 +71,14 @@ data_dir = "/data"
 client_addr = "0.0.0.0:7400"
 peer_addr = "0.0.0.0:7401"
 http_addr = "0.0.0.0:7402"
+{{- if .Values.amqp.plainText }}
+amqp_addr = "0.0.0.0:5672"
+{{- else }}
+amqp_addr = "none"
+{{- end }}
+{{- if .Values.tls.enabled }}
+amqps_addr = "0.0.0.0:5671"
+{{- end }}
 seeds = {{ include "tributary.seeds" . }}
 bootstrap_expect = {{ int .Values.bootstrapExpect }}
 controller_voters = {{ int .Values.controllerVoters }}
