@@ -122,10 +122,15 @@ fn identity_node_name(node_id: NodeId) -> String {
 
 /// The AMQP connection limits from the node's settings.
 fn amqp_limits(config: &NodeConfig, node_name: String) -> tributary_amqp::server::ConnectionLimits {
+    let defaults = tributary_amqp::server::ConnectionLimits::default();
     tributary_amqp::server::ConnectionLimits {
         node_name,
         max_message_size_bytes: config.publish_bytes_max as u64,
-        ..tributary_amqp::server::ConnectionLimits::default()
+        // Room for a largest publication in and a largest event out at once.
+        buffered_bytes_max: defaults
+            .buffered_bytes_max
+            .max(2 * config.publish_bytes_max + 1024 * 1024),
+        ..defaults
     }
 }
 

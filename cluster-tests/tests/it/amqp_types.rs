@@ -1,13 +1,17 @@
 //! The AMQP types of every `$management` reply field and event annotation a real node
 //! sends, read with tributary-amqp-client: .NET casts each to one type and fails on another
 //! (the Python SDK converts without checking, so its tests would not notice). WIRE-PROTOCOLS
-//! A7 and A9 list them.
+//! A7 and A9 list them. And events larger than a gRPC message's default limit, sent and
+//! read through a node that forwards them to their partition's leader.
 
+use bytes::Bytes;
 use tributary_amqp::server::StartPosition;
-use tributary_amqp::{Value, ValueKind, map_get};
-use tributary_amqp_client::{ConnectionOptions, ReceiverOptions, Sasl, connect, selector};
+use tributary_amqp::{Body, DeliveryState, Message, Value, ValueKind, map_get};
+use tributary_amqp_client::{
+    ConnectionOptions, Delivery, ReceiverOptions, Sasl, SenderOptions, connect, selector,
+};
 use tributary_client::{Client, EventData, SendTarget};
-use tributary_cluster_tests::{NodeProcess, TestDir, cli_ok, http_get};
+use tributary_cluster_tests::{LocalCluster, NodeProcess, TestDir, cli_ok, http_get};
 use tributary_types::partition_for_key;
 
 const HUB: &str = "typed";
@@ -147,4 +151,75 @@ async fn management_replies_and_annotations_have_the_types_the_sdks_cast_to() {
     assert_eq!(value("tributary_amqp_connections "), 1.0);
     assert_eq!(value("tributary_amqp_links{kind=\"receive\"} "), 1.0);
     assert!(value("tributary_amqp_transfers_total{direction=\"out\"} ") >= 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_forwards_large_events_to_and_from_the_leader() {
+    const LARGE: usize = 5 * 1024 * 1024;
+    let dir = TestDir::new("amqp_forward_large");
+    let cluster = LocalCluster::start_with_args(
+        dir.path(),
+        3,
+        &[
+            "--publish-bytes-max".to_owned(),
+            (8 * 1024 * 1024).to_string(),
+        ],
+        &[],
+    )
+    .await;
+    cli_ok(
+        &cluster.nodes[0].endpoint(),
+        &["hub", "create", "large", "--partitions", "1"],
+    )
+    .await;
+    let leader = cluster.partition_leader("large", "0").await;
+    let elsewhere = &cluster.nodes[(leader + 1) % cluster.nodes.len()];
+    let connection = connect(
+        &elsewhere.amqp_addr().to_string(),
+        ConnectionOptions {
+            hostname: Some("127.0.0.1".into()),
+            sasl: Sasl::Plain {
+                user: "any-rule".into(),
+                password: "any-key".into(),
+            },
+            max_message_size_bytes: 16 * 1024 * 1024,
+            ..ConnectionOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let sender = connection
+        .open_sender("large/Partitions/0", SenderOptions::default())
+        .await
+        .unwrap();
+    for fill in [1_u8, 2] {
+        let message = Message {
+            body: Body::Data(vec![Bytes::from(vec![fill; LARGE])]),
+            ..Message::default()
+        };
+        let outcome = sender.send(Delivery::event(&message)).await.unwrap();
+        assert_eq!(outcome, DeliveryState::Accepted, "a {LARGE}-byte event");
+    }
+    let mut receiver = connection
+        .open_receiver(
+            "large/ConsumerGroups/$Default/Partitions/0",
+            ReceiverOptions {
+                filter: Some(selector(&StartPosition::Earliest)),
+                ..ReceiverOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    for fill in [1_u8, 2] {
+        let event = tokio::time::timeout(std::time::Duration::from_secs(60), receiver.recv())
+            .await
+            .expect("the event within 60 s")
+            .unwrap();
+        let Body::Data(sections) = event.body() else {
+            panic!("a data body: {:?}", event.message.header)
+        };
+        let body: Vec<u8> = sections.iter().flat_map(|s| s.iter().copied()).collect();
+        assert_eq!(body.len(), LARGE);
+        assert!(body.iter().all(|b| *b == fill));
+    }
 }

@@ -24,6 +24,7 @@ use tributary_proto::peer::{
     ForwardReadRequest, ForwardSendReply, ForwardSendRequest, forward_position,
 };
 
+use tributary_types::limits::{PUBLISH_BYTES_MAX_LIMIT, RECEIVE_BATCH_BYTES_MAX};
 use tributary_types::{NodeId, Offset, PartitionId, Rights, SequenceNumber};
 
 use tributary_broker::partition::codec;
@@ -40,8 +41,11 @@ pub const FORWARD_PATIENCE: Duration = Duration::from_secs(20);
 const LEADER_WAIT: Duration = Duration::from_millis(100);
 /// A forwarded unary call that takes longer has lost its leader (a paused or cut-off node).
 const FORWARD_CALL_TIMEOUT: Duration = Duration::from_secs(30);
-/// A forwarded send carries at most this much (events plus framing).
-pub const FORWARD_MESSAGE_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// The largest forwarded message: a send of the largest publication a node may be
+/// configured to accept (64 MiB), or a read batch (reads end a batch once 1 MiB of bodies
+/// is reached, so one large event may bring it near 65 MiB), with room for framing. Only
+/// the cluster's nodes reach the peer port.
+pub const FORWARD_MESSAGE_BYTES_MAX: usize = PUBLISH_BYTES_MAX_LIMIT + 2 * RECEIVE_BATCH_BYTES_MAX;
 /// Batches buffered per forwarded reader.
 const READ_BUFFER_BATCHES: usize = 2;
 
