@@ -293,7 +293,7 @@ def owner_level():
     first_got = first.wait_for(1)
     second = Reader(partition, "-1", owner_level=2)
     second_got = second.wait_for(1)
-    first.wait_for_error()
+    first.wait_for_error(timeout=60)
     first_events, first_errors = first.close()
     second_events, second_errors = second.close()
     return {
