@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 
+use tributary_types::sas::{SignedRequest, verify_signed};
 use tributary_types::{AuthError, Rights, parse_token, verify};
 
 use crate::cluster::ClusterRuntime;
@@ -26,6 +27,10 @@ pub enum Credential {
     None,
     /// A shared access signature token, `SharedAccessSignature sr=...&sig=...&se=...&skn=...`.
     SasToken(String),
+    /// A request signed with a rule's key as Azure Storage signs (Shared Key, account SAS):
+    /// the Blob checkpoint endpoint's. It grants the rule's rights wherever the rule applies
+    /// (a namespace rule everywhere, a hub rule on its hub).
+    Signed(SignedRequest),
 }
 
 /// What an operation acts on.
@@ -113,6 +118,7 @@ impl Auth {
         let text = match credential {
             Credential::None => return Err(Refusal::Missing),
             Credential::SasToken(text) => text,
+            Credential::Signed(request) => return self.verify_signed(request, scope, needed),
         };
         let token = parse_token(text).map_err(|e| Refusal::Auth(e.into()))?;
         let (host, token_hub) = host_and_hub(token.resource());
@@ -135,6 +141,53 @@ impl Auth {
         let rules: Vec<_> = state.rules.iter().chain(hub_rules).cloned().collect();
         let now_unix_s = u64::try_from(self.clock.now_ms() / 1000).unwrap_or(0);
         verify(&token, &rules, &target, needed, now_unix_s).map_err(Refusal::Auth)?;
+        Ok(())
+    }
+}
+
+impl Auth {
+    /// Whether `credential` is valid for some rule (any hub's or the namespace's), whatever
+    /// it grants: for operations that touch no hub (the Blob endpoint's container calls).
+    pub fn authenticated(&self, credential: &Credential) -> Result<(), Error> {
+        if !self.enabled {
+            return Ok(());
+        }
+        let Credential::Signed(request) = credential else {
+            return self.check(credential, Scope::Namespace, Rights::NONE);
+        };
+        let state = self.runtime.state();
+        let rules: Vec<_> = state
+            .rules
+            .iter()
+            .chain(state.hubs.values().flat_map(|hub| hub.rules.iter()))
+            .cloned()
+            .collect();
+        verify_signed(request, &rules, Rights::NONE)
+            .map(drop)
+            .map_err(|error| {
+                let refusal = Refusal::Auth(error);
+                metrics::counter!("tributary_auth_refused_total", "reason" => refusal.label())
+                    .increment(1);
+                refusal.into_error()
+            })
+    }
+
+    fn verify_signed(
+        &self,
+        request: &SignedRequest,
+        scope: Scope<'_>,
+        needed: Rights,
+    ) -> Result<(), Refusal> {
+        let state = self.runtime.state();
+        let hub_rules = match scope {
+            Scope::Namespace => &[][..],
+            Scope::Hub(hub) | Scope::HubPath(hub, _) => state
+                .hubs
+                .get(hub)
+                .map_or(&[][..], |hub| hub.rules.as_slice()),
+        };
+        let rules: Vec<_> = state.rules.iter().chain(hub_rules).cloned().collect();
+        verify_signed(request, &rules, needed).map_err(Refusal::Auth)?;
         Ok(())
     }
 }

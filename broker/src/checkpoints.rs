@@ -9,7 +9,9 @@ use tributary_types::Clock;
 use crate::cluster::ClusterRuntime;
 use crate::error::Error;
 use tributary_controller::state::{Command, Reply};
-use tributary_controller::store::{Checkpoint, Claim, Ownership, StoreCommand, StoreReply};
+use tributary_controller::store::{
+    BlobPut, BlobView, BlobWrite, Checkpoint, Claim, Ownership, StoreCommand, StoreReply,
+};
 
 #[tonic::async_trait]
 pub trait CheckpointStore: Send + Sync + 'static {
@@ -40,6 +42,22 @@ pub trait CheckpointStore: Send + Sync + 'static {
         hub: &str,
         group: &str,
     ) -> Result<Vec<(u16, Checkpoint)>, Error>;
+
+    /// Every record of a consumer group as the Blob API shows it.
+    async fn list_blobs(&self, hub: &str, group: &str) -> Result<Vec<BlobView>, Error> {
+        let _ = (hub, group);
+        Err(Error::unavailable(
+            "this checkpoint store has no Blob API view",
+        ))
+    }
+
+    /// A Blob API write: the record's metadata replaced under a condition, atomically.
+    async fn put_blob(&self, hub: &str, group: &str, put: BlobPut) -> Result<BlobWrite, Error> {
+        let _ = (hub, group, put);
+        Err(Error::unavailable(
+            "this checkpoint store has no Blob API view",
+        ))
+    }
 }
 
 fn unexpected(reply: impl std::fmt::Debug) -> Error {
@@ -75,6 +93,38 @@ impl ControllerStore {
 
 #[tonic::async_trait]
 impl CheckpointStore for ControllerStore {
+    async fn list_blobs(&self, hub: &str, group: &str) -> Result<Vec<BlobView>, Error> {
+        match self
+            .run(StoreCommand::ListBlobs {
+                hub: hub.to_string(),
+                group: group.to_string(),
+            })
+            .await?
+        {
+            StoreReply::Blobs(blobs) => Ok(blobs),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn put_blob(&self, hub: &str, group: &str, put: BlobPut) -> Result<BlobWrite, Error> {
+        match self
+            .run(StoreCommand::PutBlob {
+                hub: hub.to_string(),
+                group: group.to_string(),
+                partition: put.partition,
+                kind: put.kind,
+                metadata: put.metadata,
+                condition: put.condition,
+                create: put.create,
+                now_ms: self.clock.now_ms(),
+            })
+            .await?
+        {
+            StoreReply::BlobWrite(write) => Ok(write),
+            other => Err(unexpected(other)),
+        }
+    }
+
     async fn list_ownership(&self, hub: &str, group: &str) -> Result<Vec<(u16, Ownership)>, Error> {
         self.ownership(StoreCommand::ListOwnership {
             hub: hub.to_string(),

@@ -38,6 +38,7 @@ pub struct NodePorts {
     pub peer: u16,
     pub amqp: u16,
     pub amqps: u16,
+    pub blob: u16,
 }
 
 impl NodePorts {
@@ -48,6 +49,7 @@ impl NodePorts {
             peer: free_port(),
             amqp: free_port(),
             amqps: free_port(),
+            blob: free_port(),
         }
     }
 }
@@ -61,6 +63,8 @@ pub const AUTH_ENV: &str = "TRIBUTARY_AUTH";
 /// The environment variables setting `serve --amqp-addr` and `--amqps-addr`.
 pub const AMQP_ADDR_ENV: &str = "TRIBUTARY_AMQP_ADDR";
 pub const AMQPS_ADDR_ENV: &str = "TRIBUTARY_AMQPS_ADDR";
+/// The environment variable setting `serve --blob-addr`.
+pub const BLOB_ADDR_ENV: &str = "TRIBUTARY_BLOB_ADDR";
 
 pub struct NodeProcess {
     data_dir: PathBuf,
@@ -72,6 +76,7 @@ pub struct NodeProcess {
     peer_port: u16,
     amqp_port: u16,
     amqps_port: u16,
+    blob_port: u16,
     log_path: PathBuf,
     /// Where the current run's output starts in the log.
     run_log_start: u64,
@@ -103,6 +108,7 @@ impl NodeProcess {
                 (node.client_port, node.http_port, node.peer_port) =
                     (ports.client, ports.http, ports.peer);
                 (node.amqp_port, node.amqps_port) = (ports.amqp, ports.amqps);
+                node.blob_port = ports.blob;
             }
             node.spawn();
             match node.ready_or_exit().await {
@@ -156,6 +162,7 @@ impl NodeProcess {
             peer_port: ports.peer,
             amqp_port: ports.amqp,
             amqps_port: ports.amqps,
+            blob_port: ports.blob,
             log_path,
             run_log_start: 0,
             child: None,
@@ -219,6 +226,7 @@ impl NodeProcess {
             peer: self.peer_port,
             amqp: self.amqp_port,
             amqps: self.amqps_port,
+            blob: self.blob_port,
         }
     }
 
@@ -240,6 +248,12 @@ impl NodeProcess {
     /// client certificate.
     pub fn amqps_addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.amqps_port))
+    }
+
+    /// The Blob checkpoint endpoint's address (`--blob-addr`): HTTPS when the node has a
+    /// client certificate.
+    pub fn blob_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.blob_port))
     }
 
     /// The node-to-node port's address (`--peer-addr`).
@@ -410,7 +424,8 @@ impl NodeProcess {
             .env(AUTH_ENV, "none")
             // Each node its own AMQP ports (through the environment: earlier releases
             // have no AMQP and ignore it); AMQPS only beside a client certificate.
-            .env(AMQP_ADDR_ENV, format!("127.0.0.1:{}", self.amqp_port));
+            .env(AMQP_ADDR_ENV, format!("127.0.0.1:{}", self.amqp_port))
+            .env(BLOB_ADDR_ENV, format!("127.0.0.1:{}", self.blob_port));
         if self.extra_args.iter().any(|arg| arg == "--tls-cert") {
             command.env(AMQPS_ADDR_ENV, format!("127.0.0.1:{}", self.amqps_port));
         }

@@ -37,7 +37,10 @@ use crate::state::{
 use crate::state_machine::{
     CommandResult, ControllerApplied, decode_applied, decode_command, decode_result, encode_applied,
 };
-use crate::store::{Checkpoint, Claim, ConsumerStore, Ownership, StoreCommand, StoreReply};
+use crate::store::{
+    BlobCondition, BlobKind, BlobView, BlobWrite, Checkpoint, Claim, ConsumerStore, Ownership,
+    StoreCommand, StoreReply,
+};
 
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("golden")
@@ -477,6 +480,91 @@ fn set_feature_level_command() {
     );
 }
 
+/// The Blob API's store commands and replies came with format 2 (release 0.2.0), proposed
+/// only once the cluster reads it: they have no format-1 files.
+#[test]
+fn blob_store_commands_and_replies() {
+    let metadata = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let put = |kind, condition, create| {
+        Command::Store(StoreCommand::PutBlob {
+            hub: "orders".into(),
+            group: "audit".into(),
+            partition: 3,
+            kind,
+            metadata: metadata(&[("ownerid", "python-1"), ("extra", "")]),
+            condition,
+            create,
+            now_ms: 1_714_000_950_000,
+        })
+    };
+    let commands = [
+        (
+            "command-store-put-blob-if-match",
+            put(
+                BlobKind::Ownership,
+                BlobCondition::IfMatch("0000000000000007".into()),
+                false,
+            ),
+        ),
+        (
+            "command-store-put-blob-if-none-match",
+            put(BlobKind::Checkpoint, BlobCondition::IfNoneMatchAny, true),
+        ),
+        (
+            "command-store-put-blob-unconditional",
+            put(BlobKind::Checkpoint, BlobCondition::None, true),
+        ),
+        (
+            "command-store-list-blobs",
+            Command::Store(StoreCommand::ListBlobs {
+                hub: "orders".into(),
+                group: "audit".into(),
+            }),
+        ),
+    ];
+    for (name, command) in commands {
+        check(name, &command, &[FORMAT_LATEST], decode_command);
+    }
+    let view = |kind| BlobView {
+        partition: 2,
+        kind,
+        etag: "c00000000000000ff".into(),
+        last_modified_ms: 1_714_000_960_000,
+        metadata: metadata(&[("offset", "4096"), ("sequencenumber", "")]),
+    };
+    let replies = [
+        (
+            "result-store-blobs",
+            StoreReply::Blobs(vec![view(BlobKind::Ownership), view(BlobKind::Checkpoint)]),
+        ),
+        (
+            "result-store-blob-written",
+            StoreReply::BlobWrite(BlobWrite::Written(view(BlobKind::Checkpoint))),
+        ),
+        (
+            "result-store-blob-not-found",
+            StoreReply::BlobWrite(BlobWrite::NotFound),
+        ),
+        (
+            "result-store-blob-condition-not-met",
+            StoreReply::BlobWrite(BlobWrite::ConditionNotMet),
+        ),
+        (
+            "result-store-blob-already-exists",
+            StoreReply::BlobWrite(BlobWrite::AlreadyExists),
+        ),
+    ];
+    for (name, reply) in replies {
+        let result: CommandResult = Ok(Reply::Store(reply));
+        check(name, &result, &[FORMAT_LATEST], decode_result);
+    }
+}
+
 /// One result of each reply variant (and of each variant of the store replies), and an
 /// error of each kind.
 #[test]
@@ -578,6 +666,49 @@ fn applied_state_of_each_format() {
         },
         |bytes| decode_applied(bytes).map_err(|e| e.to_string()),
     );
+}
+
+/// A format-2 applied state whose checkpoint store holds Blob API metadata carries it after
+/// the feature level; one without any ends at the feature level, as before it existed.
+#[test]
+fn applied_state_with_blob_metadata() {
+    let mut applied = applied();
+    applied.state.feature = ClusterFeature {
+        level: 2,
+        release: "0.2.0".into(),
+    };
+    let command = StoreCommand::PutBlob {
+        hub: "orders".into(),
+        group: "audit".into(),
+        partition: 1,
+        kind: BlobKind::Checkpoint,
+        metadata: [
+            ("offset", "8192"),
+            ("sequencenumber", ""),
+            ("clientidentifier", "a"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+        condition: BlobCondition::None,
+        create: true,
+        now_ms: 1_714_000_970_000,
+    };
+    applied
+        .store
+        .apply(&applied.state, command)
+        .expect("the sample applies");
+    assert_eq!(applied.store.blob_metadata().len(), 1);
+    golden::check(
+        &golden_dir(),
+        FORMAT_LATEST,
+        "applied-blob-metadata",
+        &applied,
+        |_, applied| encode_applied(applied).expect("the state encodes"),
+        |bytes| decode_applied(bytes).map_err(|e| e.to_string()),
+    );
+    let decoded = decode_applied(&encode_applied(&applied).unwrap()).unwrap();
+    assert_eq!(decoded.store.blob_metadata(), applied.store.blob_metadata());
 }
 
 /// The cluster state as cluster views carry it (its feature level travels beside it).

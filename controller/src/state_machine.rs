@@ -74,14 +74,26 @@ pub fn decode_result(bytes: &[u8]) -> io::Result<CommandResult> {
 }
 
 /// Encodes the controller's applied state (snapshots, the stored state). Format 1 (release
-/// 0.1.0's) is [`ControllerApplied`] alone; format 2 adds the feature level after it. The
+/// 0.1.0's) is [`ControllerApplied`] alone; format 2 adds the feature level after it, then
+/// the checkpoint store's raw Blob API metadata when there is any (a state without any
+/// encodes as before it existed). The
 /// format is the one the process writes, or the one the state's own feature level allows
 /// (the command that raised it has been applied here, so every node reads that format).
 pub fn encode_applied(applied: &ControllerApplied) -> io::Result<Vec<u8>> {
     let format = format::write_format().max(format::format_for_level(applied.state.feature.level));
     Ok(match format {
         format::FORMAT_LEGACY => format::encode_as(format, applied)?,
-        _ => format::encode_as(format, &(applied, &applied.state.feature))?,
+        _ => {
+            let bytes = format::encode_as(format, &(applied, &applied.state.feature))?;
+            // The Blob API's raw metadata, when there is any, follows (see `decode_applied`).
+            let blob_metadata = applied.store.blob_metadata();
+            if !blob_metadata.is_empty() {
+                postcard::to_extend(blob_metadata, bytes)
+                    .map_err(|e| format::FormatError::Postcard(e.to_string()))?
+            } else {
+                bytes
+            }
+        }
     })
 }
 
@@ -91,9 +103,16 @@ pub fn decode_applied(bytes: &[u8]) -> io::Result<ControllerApplied> {
     Ok(match version {
         format::FORMAT_LEGACY => format::decode_payload(payload)?,
         _ => {
-            let (mut applied, feature): (ControllerApplied, ClusterFeature) =
-                format::decode_payload(payload)?;
+            let ((mut applied, feature), rest): ((ControllerApplied, ClusterFeature), &[u8]) =
+                postcard::take_from_bytes(payload)
+                    .map_err(|e| format::FormatError::Postcard(e.to_string()))?;
             applied.state.feature = feature;
+            // Format 2 may end here, or carry the Blob API's raw metadata after.
+            if !rest.is_empty() {
+                applied
+                    .store
+                    .set_blob_metadata(format::decode_payload(rest)?);
+            }
             applied
         }
     })

@@ -17,6 +17,9 @@ use tributary_types::HubId;
 
 use super::state::{ClusterState, CommandError, ErrorKind, HubRecord, hub_not_found};
 
+mod blob;
+pub use blob::{BLOB_METADATA_BYTES_MAX, BlobCondition, BlobKind, BlobPut, BlobView, BlobWrite};
+
 /// Claims in one request at most (a processor claims at most every partition of a hub).
 pub const CLAIMS_PER_REQUEST_MAX: usize = 1024;
 /// Longest owner id accepted.
@@ -74,6 +77,25 @@ pub enum StoreCommand {
         hub: String,
         group: String,
     },
+    /// A write through the Blob API (the Azure SDKs' `BlobCheckpointStore`): the record's
+    /// metadata replaced as a whole, under the request's condition, atomically. `create`:
+    /// Put Blob (creates or replaces the record); otherwise Set Blob Metadata (the record
+    /// must exist). Proposed only at feature level 2 and later.
+    PutBlob {
+        hub: String,
+        group: String,
+        partition: u16,
+        kind: BlobKind,
+        metadata: BTreeMap<String, String>,
+        condition: BlobCondition,
+        create: bool,
+        now_ms: i64,
+    },
+    /// Every record of a consumer group as the Blob API shows it. Feature level 2 and later.
+    ListBlobs {
+        hub: String,
+        group: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,10 +105,14 @@ pub enum StoreReply {
     /// Checkpoints by partition index.
     Checkpoints(Vec<(u16, Checkpoint)>),
     Checkpoint(Checkpoint),
+    /// The records of `ListBlobs`, ownership first, each kind by partition.
+    Blobs(Vec<BlobView>),
+    /// The outcome of `PutBlob`.
+    BlobWrite(BlobWrite),
 }
 
 /// Records of one (hub, consumer group, partition).
-type Key = (HubId, String, u16);
+pub type Key = (HubId, String, u16);
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConsumerStore {
@@ -96,7 +122,16 @@ pub struct ConsumerStore {
     clock_ms: i64,
     /// Etags are never reused.
     next_etag: u64,
+    /// Metadata as last written through the Blob API, where a record has it (a write through
+    /// the typed API drops it: its fields are then the whole record). Not part of this
+    /// type's own encoding, which release 0.1.0 fixed: the applied state carries it after
+    /// the rest from format 2 on (`state_machine::encode_applied`).
+    #[serde(skip)]
+    blob_metadata: BlobMetadata,
 }
+
+/// Raw Blob API metadata by record.
+pub type BlobMetadata = BTreeMap<(Key, BlobKind), BTreeMap<String, String>>;
 
 impl ConsumerStore {
     pub fn apply(
@@ -152,6 +187,8 @@ impl ConsumerStore {
                         continue;
                     }
                     let etag = self.etag();
+                    self.blob_metadata
+                        .remove(&(key.clone(), BlobKind::Ownership));
                     let ownership = Ownership {
                         owner_id: claim.owner_id,
                         last_modified_ms: now,
@@ -197,11 +234,49 @@ impl ConsumerStore {
                     sequence_number,
                     last_modified_ms: self.tick(now_ms),
                 };
-                self.checkpoints
-                    .insert((record.id, group, partition), checkpoint);
+                let key = (record.id, group, partition);
+                self.blob_metadata
+                    .remove(&(key.clone(), BlobKind::Checkpoint));
+                self.checkpoints.insert(key, checkpoint);
                 Ok(StoreReply::Checkpoint(checkpoint))
             }
+            StoreCommand::PutBlob {
+                hub,
+                group,
+                partition,
+                kind,
+                metadata,
+                condition,
+                create,
+                now_ms,
+            } => {
+                let record = scope(cluster, &hub, &group)?;
+                partition_in(record, partition)?;
+                let key = (record.id, group, partition);
+                let write = blob::Write {
+                    kind,
+                    metadata,
+                    condition,
+                    create,
+                    now_ms,
+                };
+                Ok(StoreReply::BlobWrite(self.put_blob(key, write)?))
+            }
+            StoreCommand::ListBlobs { hub, group } => {
+                let id = scope(cluster, &hub, &group)?.id;
+                Ok(StoreReply::Blobs(self.list_blobs(id, &group)))
+            }
         }
+    }
+
+    /// The raw Blob API metadata (the applied state's format-2 trailer).
+    pub fn blob_metadata(&self) -> &BlobMetadata {
+        &self.blob_metadata
+    }
+
+    /// Restores the raw Blob API metadata read from a format-2 applied state.
+    pub fn set_blob_metadata(&mut self, metadata: BlobMetadata) {
+        self.blob_metadata = metadata;
     }
 
     /// Every checkpoint: (hub, consumer group, partition index, sequence number).
@@ -223,6 +298,7 @@ impl ConsumerStore {
         };
         self.ownership.retain(|k, _| live(k));
         self.checkpoints.retain(|k, _| live(k));
+        self.blob_metadata.retain(|(k, _), _| live(k));
     }
 
     /// Stamps a modification: the proposer's time, but never before an earlier stamp.

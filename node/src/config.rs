@@ -43,6 +43,12 @@ pub struct ServeArgs {
     /// none]
     #[arg(long, value_name = "HOST:PORT|none")]
     pub amqps_addr: Option<Listen>,
+    /// Address for the Blob checkpoint endpoint (the Azure SDKs' `BlobCheckpointStore`,
+    /// with `BlobEndpoint=http://HOST:PORT/<rule name>`), or `none` to turn it off. HTTPS
+    /// with the client port's certificate when --tls-cert is given.
+    /// [env: TRIBUTARY_BLOB_ADDR] [default: 127.0.0.1:10000]
+    #[arg(long, value_name = "HOST:PORT|none")]
+    pub blob_addr: Option<Listen>,
     /// Address for node-to-node traffic (Raft replication, cluster membership).
     /// [env: TRIBUTARY_PEER_ADDR] [default: 127.0.0.1:7401]
     #[arg(long)]
@@ -225,6 +231,7 @@ struct FileConfig {
     http_addr: Option<SocketAddr>,
     amqp_addr: Option<Listen>,
     amqps_addr: Option<Listen>,
+    blob_addr: Option<Listen>,
     node_id: Option<u64>,
     capacity_units: Option<u32>,
     zone: Option<String>,
@@ -355,6 +362,8 @@ pub struct NodeConfig {
     pub amqp_addr: Option<SocketAddr>,
     /// The AMQP-over-TLS listener, if on (it needs the client port's certificate).
     pub amqps_addr: Option<SocketAddr>,
+    /// The Blob checkpoint endpoint, if on (HTTPS when the client port has a certificate).
+    pub blob_addr: Option<SocketAddr>,
     pub node_id: u64,
     pub capacity_units: u32,
     pub zone: Option<String>,
@@ -395,6 +404,7 @@ impl NodeConfig {
             advertise_peer_addr: None,
             amqp_addr: Some("127.0.0.1:0".parse().expect("valid")),
             amqps_addr: None,
+            blob_addr: Some("127.0.0.1:0".parse().expect("valid")),
             node_id: 1,
             capacity_units: 1,
             zone: None,
@@ -565,9 +575,16 @@ impl ServeArgs {
             None if tls.client.is_some() => Some(AMQPS_ADDR_DEFAULT.parse().expect("valid")),
             None => None,
         };
+        let blob_addr = self
+            .blob_addr
+            .or(env("TRIBUTARY_BLOB_ADDR")?)
+            .or(file.blob_addr)
+            .unwrap_or(Listen::At(BLOB_ADDR_DEFAULT.parse().expect("valid")))
+            .addr();
         let config = NodeConfig {
             amqp_addr,
             amqps_addr,
+            blob_addr,
             connections,
             placement,
             retention,
@@ -776,6 +793,9 @@ impl ServeArgs {
 pub const AMQP_ADDR_DEFAULT: &str = "127.0.0.1:5672";
 /// Where the AMQP-over-TLS listener is by default when the client port has a certificate.
 pub const AMQPS_ADDR_DEFAULT: &str = "127.0.0.1:5671";
+/// The Blob checkpoint endpoint's default address: port 10000, which the Azure Storage
+/// clients take for path-style (emulator) addressing.
+pub const BLOB_ADDR_DEFAULT: &str = "127.0.0.1:10000";
 
 /// A listener's setting: an address, or `none` (off).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -186,6 +186,8 @@ pub struct Node {
     /// The AMQP listeners' bound addresses (plain text and TLS), when on.
     pub amqp_addr: Option<SocketAddr>,
     pub amqps_addr: Option<SocketAddr>,
+    /// The Blob checkpoint endpoint's bound address, when on.
+    pub blob_addr: Option<SocketAddr>,
     pub broker: Arc<Broker>,
     /// The broker's API, as every front end calls it.
     pub service: Service,
@@ -243,6 +245,11 @@ impl Node {
         let amqp_listener = bind_optional(config.amqp_addr, "AMQP address (--amqp-addr)").await?;
         let amqps_listener =
             bind_optional(config.amqps_addr, "AMQPS address (--amqps-addr)").await?;
+        let blob_listener = bind_optional(config.blob_addr, "Blob address (--blob-addr)").await?;
+        let blob_addr = blob_listener
+            .as_ref()
+            .map(TcpListener::local_addr)
+            .transpose()?;
         let amqp_addr = amqp_listener
             .as_ref()
             .map(TcpListener::local_addr)
@@ -443,6 +450,26 @@ impl Node {
             connections,
             shutdown_rx.clone(),
         );
+        if let Some(listener) = blob_listener {
+            let endpoint = tributary_blob::BlobEndpoint::new(service.clone());
+            let gate = limits::ConnectionGate::new("blob", connections.max_connections);
+            let stop = shutdown_rx.clone();
+            let idle = connections.idle_timeout;
+            tasks.spawn(match node_tls.client_port.clone() {
+                None => futures::future::Either::Left(tributary_blob::listener::serve_listener(
+                    limits::incoming(listener, gate, idle),
+                    endpoint,
+                    stop,
+                )),
+                Some(config) => {
+                    futures::future::Either::Right(tributary_blob::listener::serve_listener(
+                        tls::incoming(listener, config, tls::TlsPort::Client, gate, idle),
+                        endpoint,
+                        stop,
+                    ))
+                }
+            });
+        }
         let api = GrpcApi {
             service: service.clone(),
         };
@@ -489,6 +516,7 @@ impl Node {
             %peer_addr,
             amqp_addr = %display_listener(amqp_addr),
             amqps_addr = %display_listener(amqps_addr),
+            blob_addr = %display_listener(blob_addr),
             node_id = node_id.0,
             %cluster_id,
             data_dir = %config.data_dir.display(),
@@ -501,6 +529,7 @@ impl Node {
             peer_addr,
             amqp_addr,
             amqps_addr,
+            blob_addr,
             broker,
             service,
             shards,

@@ -8,6 +8,7 @@ pub mod limits;
 pub mod names;
 pub mod partition_key;
 pub mod sas;
+pub mod throttle;
 pub mod time_format;
 
 pub use clock::{Clock, ManualClock, MonotonicStamp, SystemClock};

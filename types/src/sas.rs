@@ -5,11 +5,13 @@
 
 mod connection_string;
 mod rights;
+mod signed;
 mod token;
 mod verify;
 
 pub use connection_string::{ConnectionString, ConnectionStringError, Credential};
 pub use rights::{AuthorizationRule, Rights, RightsParseError};
+pub use signed::{SignedRequest, storage_signature, verify_signed};
 pub use token::{SasToken, TOKEN_PREFIX, TokenError, parse_token, sign, url_encode};
 pub use verify::{AuthError, Grant, authorize, verify};
 

@@ -8,7 +8,8 @@ mod golden_tests;
 pub mod position;
 pub mod retention;
 pub mod state_machine;
-pub mod throttle;
+/// Throughput-unit token buckets (in `tributary-types`: they know nothing of partitions).
+pub use tributary_types::throttle;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

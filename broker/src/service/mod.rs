@@ -9,12 +9,14 @@
 //!   reader rules; partition properties and readers.
 //! - management: hubs, consumer groups, nodes, authorization rules, cluster status
 //!   (`manage.rs`, `rules.rs`).
-//! - the checkpoint store: ownership and checkpoints (`store.rs`).
+//! - the checkpoint store: ownership and checkpoints (`store.rs`), and as blobs for the Blob
+//!   checkpoint endpoint (`blob.rs`).
 //! - diagnostics: what this node's own replica holds (`diagnostics.rs`).
 //!
 //! Calls run on this node; `tributary-forward` runs them on a partition's leader from any
 //! node, for clients that know one endpoint.
 
+mod blob;
 mod diagnostics;
 mod manage;
 mod read;
@@ -31,6 +33,7 @@ use crate::error::Error;
 use crate::placement::Placement;
 use crate::readers::Readers;
 
+pub use blob::{BLOB_METADATA_BYTES_MAX, BlobCondition, BlobKind, BlobPut, BlobView, BlobWrite};
 pub use diagnostics::{REPLICA_EVENTS_PAGE_DEFAULT, REPLICA_EVENTS_PAGE_MAX, ReplicaEvents};
 pub use manage::{
     CaptureRequest, HubSettingsRequest, HubUpdateRequest, NewHubRequest, PlannedMove, RebalancePlan,

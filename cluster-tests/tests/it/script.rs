@@ -10,7 +10,8 @@ use tributary_client::{Client, EventData, EventPosition, SendTarget};
 use tributary_cluster_tests::{TestDir, binary_path, free_port, workspace_dir};
 
 /// A base port whose nine ports (three per node) are all free right now, and the three
-/// after it (the nodes' AMQP ports, `AMQP_BASE_PORT` = base + 3).
+/// after it (the nodes' AMQP ports, `AMQP_BASE_PORT` = base + 3), and the three after those
+/// (their Blob ports, `BLOB_BASE_PORT` = base + 6).
 fn free_base_port() -> u16 {
     loop {
         let base = free_port();
@@ -18,7 +19,7 @@ fn free_base_port() -> u16 {
             continue;
         }
         let all_free = (0..3).all(|n| {
-            let ports = if n == 0 { 0..6 } else { 0..3 };
+            let ports = if n == 0 { 0..9 } else { 0..3 };
             ports
                 .into_iter()
                 .all(|k| std::net::TcpListener::bind(("127.0.0.1", base + 10 * n + k)).is_ok())
@@ -39,6 +40,7 @@ async fn cluster_local_script_starts_three_nodes() {
         .env("CLUSTER_DIR", dir.path())
         .env("BASE_PORT", base.to_string())
         .env("AMQP_BASE_PORT", (base + 3).to_string())
+        .env("BLOB_BASE_PORT", (base + 6).to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .kill_on_drop(true)

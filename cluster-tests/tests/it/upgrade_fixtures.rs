@@ -64,6 +64,7 @@ impl Settings {
                     peer: port(&n["peer"]),
                     amqp: tributary_cluster_tests::free_port(),
                     amqps: tributary_cluster_tests::free_port(),
+                    blob: tributary_cluster_tests::free_port(),
                 };
                 (n["node_id"].as_u64().expect("a node id"), ports)
             })

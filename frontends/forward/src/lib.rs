@@ -403,6 +403,8 @@ fn credential_text(credential: &Credential) -> String {
     match credential {
         Credential::None => String::new(),
         Credential::SasToken(token) => token.clone(),
+        // Signed requests (the Blob endpoint's) never reach a partition: nothing to carry.
+        Credential::Signed(_) => String::new(),
     }
 }
 
