@@ -462,6 +462,11 @@ impl Node {
                     stop,
                 )),
                 Some(config) => {
+                    // HTTP/1.1 clients offer that protocol only; the client port's config
+                    // names HTTP/2's.
+                    let mut config = (*config).clone();
+                    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+                    let config = Arc::new(config);
                     futures::future::Either::Right(tributary_blob::listener::serve_listener(
                         tls::incoming(listener, config, tls::TlsPort::Client, gate, idle),
                         endpoint,

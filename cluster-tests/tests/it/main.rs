@@ -8,6 +8,7 @@ mod auth;
 mod bench;
 mod bench_failover;
 mod bench_rebuild;
+mod blob_checkpoints;
 mod capture;
 mod cert;
 mod chart;
