@@ -249,6 +249,10 @@ fn describe_added_metrics() {
         "AMQP errors sent to clients (in a close, end, detach, SASL outcome, rejected delivery or status reply), by condition"
     );
     describe_counter!(
+        "tributary_blob_requests_total",
+        "Blob checkpoint endpoint requests, by operation and outcome (code: ok, or the Azure error code answered)"
+    );
+    describe_counter!(
         "tributary_bytes_out_total",
         Unit::Bytes,
         "Event body bytes delivered to readers, by hub"

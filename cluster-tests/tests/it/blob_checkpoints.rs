@@ -17,7 +17,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead};
 use tributary_client::{CheckpointStore, Client, ConnectOptions, EventData, SendTarget};
 use tributary_cluster_tests::python_tools::python_deps;
 use tributary_cluster_tests::{
-    LocalCluster, TestCa, TestDir, cli_ok, eventually, tributary_command,
+    LocalCluster, TestCa, TestDir, cli_ok, eventually, http_get, tributary_command,
 };
 use tributary_types::Rights;
 
@@ -656,4 +656,19 @@ async fn wrong_keys_weak_rules_and_other_blobs_are_refused_over_https() {
         .await
         .unwrap();
     assert_eq!(checkpoints["0"].sequence_number, 0);
+    // Refusals are counted by operation and code.
+    let metrics = http_get(env.cluster.nodes[1].http_addr(), "/metrics")
+        .await
+        .unwrap()
+        .body;
+    for series in [
+        "tributary_blob_requests_total{operation=\"list_blobs\",code=\"AuthenticationFailed\"}",
+        "tributary_blob_requests_total{operation=\"put_blob\",code=\"InvalidResourceName\"}",
+        "tributary_blob_requests_total{operation=\"list_blobs\",code=\"ok\"}",
+    ] {
+        assert!(
+            metrics.lines().any(|line| line.starts_with(series)),
+            "/metrics has {series}:\n{metrics}"
+        );
+    }
 }
