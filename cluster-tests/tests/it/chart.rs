@@ -36,8 +36,8 @@ use serde_norway::Value;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tributary_cluster_tests::containers::{IMAGE_DEFAULT, create_network, docker, image_exists};
 use tributary_cluster_tests::{
-    AmqpsTrust, REQUIRED_VALUE, TestDir, amqp_answers, binary_path, eventually, http_get,
-    http_post, is_required, poll_until, require_tool,
+    REQUIRED_VALUE, TestDir, TlsTrust, amqp_answers, binary_path, eventually, http_get, http_post,
+    is_required, poll_until, require_tool,
 };
 
 /// Set to `1` by scripts/chart-check, which provides what this test needs.
@@ -499,7 +499,7 @@ impl StartedChart {
             let server_name = ip.to_string();
             for name in expected {
                 let addr = SocketAddr::from((ip, port_of(&self.node, &Value::from(*name))));
-                let tls = (*name == "amqps").then_some(AmqpsTrust {
+                let tls = (*name == "amqps").then_some(TlsTrust {
                     ca_pem: &ca_pem,
                     server_name: &server_name,
                 });
