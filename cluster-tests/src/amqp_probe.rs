@@ -3,30 +3,21 @@
 //! For tests of deployment files, which have no SDK at hand.
 
 use std::net::SocketAddr;
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::TcpStream;
+
+use crate::probe_tls::{TlsTrust, tls_connect};
 
 /// AMQP 1.0's protocol header for the SASL layer.
 const SASL_HEADER: [u8; 8] = *b"AMQP\x03\x01\x00\x00";
 /// How long a connection, handshake and answer may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How to reach an AMQPS listener: the CA that signed its certificate, and the name (DNS
-/// name or IP) the certificate must be valid for.
-#[derive(Debug, Clone, Copy)]
-pub struct AmqpsTrust<'a> {
-    pub ca_pem: &'a Path,
-    pub server_name: &'a str,
-}
-
 /// Sends the SASL protocol header to `addr` (over TLS when `tls` is given) and checks that
 /// the listener answers with it; an error says what happened instead.
-pub async fn amqp_answers(addr: SocketAddr, tls: Option<AmqpsTrust<'_>>) -> Result<(), String> {
+pub async fn amqp_answers(addr: SocketAddr, tls: Option<TlsTrust<'_>>) -> Result<(), String> {
     let exchange = async {
         let tcp = TcpStream::connect(addr)
             .await
@@ -34,7 +25,8 @@ pub async fn amqp_answers(addr: SocketAddr, tls: Option<AmqpsTrust<'_>>) -> Resu
         match tls {
             None => header_exchange(tcp).await,
             Some(trust) => {
-                let stream = tls_connect(tcp, trust).await?;
+                // AMQP, not HTTP/2: no application protocol is negotiated.
+                let stream = tls_connect(tcp, trust, &[]).await?;
                 header_exchange(stream).await
             }
         }
@@ -61,21 +53,4 @@ async fn header_exchange<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) -> Re
             "answered {answer:?}, not the SASL header {SASL_HEADER:?}"
         ))
     }
-}
-
-async fn tls_connect(
-    tcp: TcpStream,
-    trust: AmqpsTrust<'_>,
-) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
-    let roots =
-        tributary_client::tls::read_certificates(trust.ca_pem).map_err(|e| e.to_string())?;
-    let mut config = tributary_client::tls::client_config(&roots, None)?;
-    // AMQP, not HTTP/2: no application protocol is negotiated.
-    config.alpn_protocols.clear();
-    let name = ServerName::try_from(trust.server_name.to_owned())
-        .map_err(|e| format!("server name {}: {e}", trust.server_name))?;
-    tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(name, tcp)
-        .await
-        .map_err(|e| format!("TLS handshake as {}: {e}", trust.server_name))
 }

@@ -9,12 +9,14 @@
 
 mod amqp_probe;
 mod binary;
+mod blob_probe;
 mod cluster;
 pub mod containers;
 mod eventually;
 mod http;
 pub mod nemesis;
 mod node_process;
+mod probe_tls;
 pub mod prometheus_tools;
 pub mod python_tools;
 mod raw;
@@ -23,15 +25,17 @@ mod seed;
 mod test_dir;
 mod tls;
 
-pub use amqp_probe::{AmqpsTrust, amqp_answers};
+pub use amqp_probe::amqp_answers;
 pub use binary::{
     CLI_TIMEOUT, binary_path, cli, cli_ok, describe_output, output_within, tributary_command,
     workspace_dir,
 };
+pub use blob_probe::{BLOB_PROBE_PATH, BlobResponse, blob_answers, blob_get};
 pub use cluster::LocalCluster;
 pub use eventually::{Deadline, POLL_INTERVAL, TimedOut, eventually, poll_until};
 pub use http::{HttpResponse, http_get, http_post};
 pub use node_process::{AUTH_ENV, NodePorts, NodeProcess, PEER_ADDR_ENV, READY_TIMEOUT, free_port};
+pub use probe_tls::TlsTrust;
 pub use raw::{RawCodec, put_varint, root_connection_string};
 pub use require::{REQUIRED_VALUE, Verdict, is_required, require_tool, verdict};
 pub use seed::test_seed;

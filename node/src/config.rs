@@ -1106,6 +1106,7 @@ mod tests {
         assert_eq!(config.seeds.len(), 3);
         assert_eq!(config.amqps_addr, Some("10.0.0.11:5671".parse().unwrap()));
         assert_eq!(config.amqp_addr, Some(AMQP_ADDR_DEFAULT.parse().unwrap()));
+        assert_eq!(config.blob_addr, Some("10.0.0.11:10000".parse().unwrap()));
 
         let uncommented: String = EXAMPLE
             .lines()

@@ -120,6 +120,16 @@ fn identity_node_name(node_id: NodeId) -> String {
     format!("node-{}", node_id.0)
 }
 
+/// The Blob endpoint's TLS settings: the client port's certificate, negotiating HTTP/1.1.
+/// The client port's own settings offer only `h2` (gRPC), and a server with ALPN refuses
+/// the handshake of a client offering none of its protocols, as HTTP clients offering
+/// `http/1.1` (the Azure Storage SDKs' among them) do.
+fn blob_tls_config(client_port: &rustls::ServerConfig) -> rustls::ServerConfig {
+    let mut config = client_port.clone();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config
+}
+
 /// The AMQP connection limits from the node's settings.
 fn amqp_limits(config: &NodeConfig, node_name: String) -> tributary_amqp::server::ConnectionLimits {
     let defaults = tributary_amqp::server::ConnectionLimits::default();
@@ -455,18 +465,14 @@ impl Node {
             let gate = limits::ConnectionGate::new("blob", connections.max_connections);
             let stop = shutdown_rx.clone();
             let idle = connections.idle_timeout;
-            tasks.spawn(match node_tls.client_port.clone() {
+            tasks.spawn(match node_tls.client_port.as_deref() {
                 None => futures::future::Either::Left(tributary_blob::listener::serve_listener(
                     limits::incoming(listener, gate, idle),
                     endpoint,
                     stop,
                 )),
                 Some(config) => {
-                    // HTTP/1.1 clients offer that protocol only; the client port's config
-                    // names HTTP/2's.
-                    let mut config = (*config).clone();
-                    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-                    let config = Arc::new(config);
+                    let config = Arc::new(blob_tls_config(config));
                     futures::future::Either::Right(tributary_blob::listener::serve_listener(
                         tls::incoming(listener, config, tls::TlsPort::Client, gate, idle),
                         endpoint,

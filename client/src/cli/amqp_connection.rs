@@ -43,7 +43,7 @@ impl AmqpConnectionStrings {
 
 /// The host of an endpoint: between the scheme and the port; an IPv6 address keeps its
 /// brackets.
-fn endpoint_host(endpoint: &str) -> &str {
+pub(crate) fn endpoint_host(endpoint: &str) -> &str {
     let rest = endpoint
         .split_once("://")
         .map_or(endpoint, |(_, rest)| rest);

@@ -5,6 +5,7 @@ use serde_json::json;
 
 use super::OutputFormat;
 use super::amqp_connection::{AMQP_PORT_DEFAULT, AmqpConnectionStrings};
+use super::checkpoint_connection::{BLOB_PORT_DEFAULT, checkpoint_connection_string};
 use super::output::{Table, render_fields};
 use crate::{AuthorizationRule, Client, Rights, RuleKey, RuleKeys};
 
@@ -35,8 +36,8 @@ pub enum RuleCommand {
         hub: Option<String>,
     },
     /// Print a rule's keys and primary and secondary connection strings: for this CLI and
-    /// the Rust SDK, and for the Azure Event Hubs SDKs over AMQP (plain text and TLS), all
-    /// naming the host of --endpoint.
+    /// the Rust SDK, for the Azure Event Hubs SDKs over AMQP (plain text and TLS), and for
+    /// their Blob checkpoint store, all naming the host of --endpoint.
     Keys {
         /// Name of the rule.
         name: String,
@@ -45,6 +46,8 @@ pub enum RuleCommand {
         hub: Option<String>,
         #[command(flatten)]
         amqp: AmqpPortArg,
+        #[command(flatten)]
+        blob: BlobPortArg,
     },
     /// Replace one of a rule's keys with a new random one: tokens signed with the old key
     /// stop working at once, the other key's go on.
@@ -59,6 +62,8 @@ pub enum RuleCommand {
         hub: Option<String>,
         #[command(flatten)]
         amqp: AmqpPortArg,
+        #[command(flatten)]
+        blob: BlobPortArg,
     },
     /// Delete a rule; tokens signed with its keys stop working.
     Delete {
@@ -77,6 +82,15 @@ pub struct AmqpPortArg {
     /// AMQP connection strings. (Over TLS the Azure SDKs dial port 5671.)
     #[arg(long, value_name = "PORT", default_value_t = AMQP_PORT_DEFAULT)]
     pub amqp_port: u16,
+}
+
+/// Where the checkpoint-store connection strings point.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct BlobPortArg {
+    /// Port of the nodes' Blob checkpoint endpoint (`serve --blob-addr`), for the printed
+    /// checkpoint-store connection strings (HTTPS when --endpoint is https://).
+    #[arg(long, value_name = "PORT", default_value_t = BLOB_PORT_DEFAULT)]
+    pub blob_port: u16,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -122,17 +136,23 @@ pub(crate) async fn run(
                 }
             }
         }
-        RuleCommand::Keys { name, hub, amqp } => {
+        RuleCommand::Keys {
+            name,
+            hub,
+            amqp,
+            blob,
+        } => {
             let keys = client
                 .authorization_rule_keys(hub.as_deref(), &name)
                 .await?;
-            print_keys(output, &keys, client.endpoint(), amqp);
+            print_keys(output, &keys, client.endpoint(), amqp, blob);
         }
         RuleCommand::Rotate {
             name,
             key,
             hub,
             amqp,
+            blob,
         } => {
             let key = match key {
                 KeyArg::Primary => RuleKey::Primary,
@@ -141,7 +161,7 @@ pub(crate) async fn run(
             let keys = client
                 .regenerate_authorization_rule_key(hub.as_deref(), &name, key, None)
                 .await?;
-            print_keys(output, &keys, client.endpoint(), amqp);
+            print_keys(output, &keys, client.endpoint(), amqp, blob);
         }
         RuleCommand::Delete { name, hub } => {
             client
@@ -174,56 +194,187 @@ fn rule_json(rule: &AuthorizationRule) -> serde_json::Value {
     })
 }
 
-/// The keys and connection strings; the AMQP ones name the host of `endpoint`, the node
-/// this CLI talks to.
-fn print_keys(output: OutputFormat, keys: &RuleKeys, endpoint: &str, amqp: AmqpPortArg) {
-    let amqp_strings = |key: &str| {
-        AmqpConnectionStrings::new(
-            endpoint,
-            amqp.amqp_port,
-            &keys.rule.name,
-            &keys.rule.event_hub,
-            key,
-        )
-    };
-    let primary = amqp_strings(&keys.primary_key);
-    let secondary = amqp_strings(&keys.secondary_key);
+/// The keys and connection strings; the AMQP and checkpoint-store ones name the host of
+/// `endpoint`, the node this CLI talks to.
+fn print_keys(
+    output: OutputFormat,
+    keys: &RuleKeys,
+    endpoint: &str,
+    amqp: AmqpPortArg,
+    blob: BlobPortArg,
+) {
+    let strings = KeyStrings::new(keys, endpoint, amqp, blob);
     match output {
-        OutputFormat::Json => println!(
-            "{}",
-            json!({
-                "rule": rule_json(&keys.rule),
-                "primary_key": keys.primary_key,
-                "secondary_key": keys.secondary_key,
-                "primary_connection_string": keys.primary_connection_string,
-                "secondary_connection_string": keys.secondary_connection_string,
-                "primary_amqp_connection_string": primary.plain_text,
-                "secondary_amqp_connection_string": secondary.plain_text,
-                "primary_amqps_connection_string": primary.tls,
-                "secondary_amqps_connection_string": secondary.tls,
-            })
+        OutputFormat::Json => println!("{}", keys_json(keys, strings)),
+        OutputFormat::Table => print!("{}", keys_table(keys, strings)),
+    }
+}
+
+/// The connection strings made here, for each key.
+struct KeyStrings {
+    primary_amqp: AmqpConnectionStrings,
+    secondary_amqp: AmqpConnectionStrings,
+    primary_checkpoint: String,
+    secondary_checkpoint: String,
+}
+
+impl KeyStrings {
+    fn new(keys: &RuleKeys, endpoint: &str, amqp: AmqpPortArg, blob: BlobPortArg) -> KeyStrings {
+        let amqp_strings = |key: &str| {
+            AmqpConnectionStrings::new(
+                endpoint,
+                amqp.amqp_port,
+                &keys.rule.name,
+                &keys.rule.event_hub,
+                key,
+            )
+        };
+        let checkpoint_string = |key: &str| {
+            checkpoint_connection_string(endpoint, blob.blob_port, &keys.rule.name, key)
+        };
+        KeyStrings {
+            primary_amqp: amqp_strings(&keys.primary_key),
+            secondary_amqp: amqp_strings(&keys.secondary_key),
+            primary_checkpoint: checkpoint_string(&keys.primary_key),
+            secondary_checkpoint: checkpoint_string(&keys.secondary_key),
+        }
+    }
+}
+
+fn keys_json(keys: &RuleKeys, strings: KeyStrings) -> serde_json::Value {
+    json!({
+        "rule": rule_json(&keys.rule),
+        "primary_key": keys.primary_key,
+        "secondary_key": keys.secondary_key,
+        "primary_connection_string": keys.primary_connection_string,
+        "secondary_connection_string": keys.secondary_connection_string,
+        "primary_amqp_connection_string": strings.primary_amqp.plain_text,
+        "secondary_amqp_connection_string": strings.secondary_amqp.plain_text,
+        "primary_amqps_connection_string": strings.primary_amqp.tls,
+        "secondary_amqps_connection_string": strings.secondary_amqp.tls,
+        "primary_checkpoint_connection_string": strings.primary_checkpoint,
+        "secondary_checkpoint_connection_string": strings.secondary_checkpoint,
+    })
+}
+
+fn keys_table(keys: &RuleKeys, strings: KeyStrings) -> String {
+    render_fields(&[
+        ("rule", keys.rule.name.clone()),
+        ("scope", scope_text(&keys.rule.event_hub)),
+        ("rights", keys.rule.rights.join(", ")),
+        ("primary key", keys.primary_key.clone()),
+        ("secondary key", keys.secondary_key.clone()),
+        (
+            "primary connection string",
+            keys.primary_connection_string.clone(),
         ),
-        OutputFormat::Table => print!(
-            "{}",
-            render_fields(&[
-                ("rule", keys.rule.name.clone()),
-                ("scope", scope_text(&keys.rule.event_hub)),
-                ("rights", keys.rule.rights.join(", ")),
-                ("primary key", keys.primary_key.clone()),
-                ("secondary key", keys.secondary_key.clone()),
-                (
-                    "primary connection string",
-                    keys.primary_connection_string.clone()
-                ),
-                (
-                    "secondary connection string",
-                    keys.secondary_connection_string.clone()
-                ),
-                ("primary AMQP connection string", primary.plain_text),
-                ("secondary AMQP connection string", secondary.plain_text),
-                ("primary AMQPS connection string", primary.tls),
-                ("secondary AMQPS connection string", secondary.tls),
-            ])
+        (
+            "secondary connection string",
+            keys.secondary_connection_string.clone(),
         ),
+        (
+            "primary AMQP connection string",
+            strings.primary_amqp.plain_text,
+        ),
+        (
+            "secondary AMQP connection string",
+            strings.secondary_amqp.plain_text,
+        ),
+        ("primary AMQPS connection string", strings.primary_amqp.tls),
+        (
+            "secondary AMQPS connection string",
+            strings.secondary_amqp.tls,
+        ),
+        (
+            "primary checkpoint connection string",
+            strings.primary_checkpoint,
+        ),
+        (
+            "secondary checkpoint connection string",
+            strings.secondary_checkpoint,
+        ),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hub_rule_keys() -> RuleKeys {
+        RuleKeys {
+            rule: AuthorizationRule {
+                name: "sender".to_owned(),
+                event_hub: "orders".to_owned(),
+                rights: vec!["send".to_owned()],
+            },
+            primary_key: "cHJpbWFyeQ==".to_owned(),
+            secondary_key: "c2Vjb25kYXJ5".to_owned(),
+            primary_connection_string: "Endpoint=sb://n:7400/;p".to_owned(),
+            secondary_connection_string: "Endpoint=sb://n:7400/;s".to_owned(),
+        }
+    }
+
+    const AMQP: AmqpPortArg = AmqpPortArg { amqp_port: 5672 };
+    const BLOB: BlobPortArg = BlobPortArg { blob_port: 10000 };
+
+    /// A hub rule's AMQP strings name its hub; its checkpoint strings cannot (a storage
+    /// connection string has no such field: the endpoint finds the rule by name), so they
+    /// name the rule as the account, with each key.
+    #[test]
+    fn json_has_each_keys_checkpoint_string_beside_the_amqp_ones() {
+        let keys = hub_rule_keys();
+        let json = keys_json(
+            &keys,
+            KeyStrings::new(&keys, "http://10.1.2.3:7400", AMQP, BLOB),
+        );
+        assert_eq!(
+            json["primary_checkpoint_connection_string"],
+            "DefaultEndpointsProtocol=http;AccountName=sender;AccountKey=cHJpbWFyeQ==;\
+             BlobEndpoint=http://10.1.2.3:10000/sender;"
+        );
+        assert_eq!(
+            json["secondary_checkpoint_connection_string"],
+            "DefaultEndpointsProtocol=http;AccountName=sender;AccountKey=c2Vjb25kYXJ5;\
+             BlobEndpoint=http://10.1.2.3:10000/sender;"
+        );
+        assert_eq!(
+            json["primary_amqp_connection_string"],
+            "Endpoint=sb://10.1.2.3:5672/;SharedAccessKeyName=sender;\
+             SharedAccessKey=cHJpbWFyeQ==;EntityPath=orders;UseDevelopmentEmulator=true"
+        );
+        assert_eq!(json["primary_connection_string"], "Endpoint=sb://n:7400/;p");
+    }
+
+    #[test]
+    fn the_table_has_a_checkpoint_line_per_key_on_the_given_port_over_tls() {
+        let keys = hub_rule_keys();
+        let table = keys_table(
+            &keys,
+            KeyStrings::new(
+                &keys,
+                "https://tributary.example:7400",
+                AMQP,
+                BlobPortArg { blob_port: 443 },
+            ),
+        );
+        let line = |field: &str| {
+            table
+                .lines()
+                .find_map(|line| line.strip_prefix(field))
+                .map(str::trim)
+                .unwrap_or_else(|| panic!("no '{field}' line in\n{table}"))
+                .to_owned()
+        };
+        assert_eq!(
+            line("primary checkpoint connection string:"),
+            "DefaultEndpointsProtocol=https;AccountName=sender;AccountKey=cHJpbWFyeQ==;\
+             BlobEndpoint=https://tributary.example:443/sender;"
+        );
+        assert_eq!(
+            line("secondary checkpoint connection string:"),
+            "DefaultEndpointsProtocol=https;AccountName=sender;AccountKey=c2Vjb25kYXJ5;\
+             BlobEndpoint=https://tributary.example:443/sender;"
+        );
+        assert_eq!(line("scope:"), "event hub 'orders'");
     }
 }

@@ -6,6 +6,7 @@
 
 mod amqp_connection;
 mod auth;
+mod checkpoint_connection;
 mod cluster;
 mod debug;
 mod event_format;
@@ -16,7 +17,7 @@ mod process;
 mod receive;
 mod send;
 
-pub use auth::{AmqpPortArg, AuthCommand, RuleCommand};
+pub use auth::{AmqpPortArg, AuthCommand, BlobPortArg, RuleCommand};
 pub use debug::{DebugCommand, ReplicaEventsArgs};
 pub use group::GroupCommand;
 pub use hub::HubCommand;

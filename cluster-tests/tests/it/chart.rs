@@ -12,14 +12,15 @@
 //! - volumes are host directories with Kubernetes' ownership and modes (`fsGroup`,
 //!   `defaultMode`); the root filesystem is read-only and every capability dropped.
 //!
-//! Then the cluster must form (every pod answers its probes' paths, and AMQP on its `amqp`
-//! and `amqps` ports), serve (the chart's own helm test pod creates a hub, sends and reads
+//! Then the cluster must form (every pod answers its probes' paths, AMQP on its `amqp`
+//! and `amqps` ports, and the Blob API on its `blob` port, over HTTPS), serve (the chart's own helm test pod creates a hub, sends and reads
 //! back through the client Service name, over TLS with the root key), and a pod's preStop
 //! hook must drain it so that it stops cleanly and undrains itself when it starts again.
 //! The drain is refused from another machine.
 //!
 //! A second run renders `ci/insecure-values.yaml` (no TLS, no authorization): the cluster
-//! key alone must then let the pods start and form a cluster on the network.
+//! key alone must then let the pods start and form a cluster on the network, and the Blob
+//! endpoint answers in plain text.
 //!
 //! Needs Docker, the `tributary:test` image (`scripts/docker-image`) and helm (installed by
 //! `scripts/helm-check`), so it runs from `scripts/chart-check`, which sets
@@ -36,8 +37,8 @@ use serde_norway::Value;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tributary_cluster_tests::containers::{IMAGE_DEFAULT, create_network, docker, image_exists};
 use tributary_cluster_tests::{
-    AmqpsTrust, REQUIRED_VALUE, TestDir, amqp_answers, binary_path, eventually, http_get,
-    http_post, is_required, poll_until, require_tool,
+    REQUIRED_VALUE, TestDir, TlsTrust, amqp_answers, binary_path, blob_answers, eventually,
+    http_get, http_post, is_required, poll_until, require_tool,
 };
 
 /// Set to `1` by scripts/chart-check, which provides what this test needs.
@@ -499,13 +500,44 @@ impl StartedChart {
             let server_name = ip.to_string();
             for name in expected {
                 let addr = SocketAddr::from((ip, port_of(&self.node, &Value::from(*name))));
-                let tls = (*name == "amqps").then_some(AmqpsTrust {
+                let tls = (*name == "amqps").then_some(TlsTrust {
                     ca_pem: &ca_pem,
                     server_name: &server_name,
                 });
                 let what = format!("{} answering AMQP on its {name} port ({addr})", pod.name);
                 eventually(READY_TIMEOUT, what, async || amqp_answers(addr, tls).await).await;
             }
+        }
+    }
+
+    /// The node listens for the Blob API on all interfaces at container port 10000, named
+    /// `blob`, and every pod answers there the unsigned call of the probe as the Blob API
+    /// does: over TLS with the pod's certificate (from the cluster CA, valid for the pod's
+    /// IP) when `tls`, refused for want of a credential when `authorization`.
+    async fn check_blob(&self, tls: bool, authorization: bool) {
+        assert_eq!(
+            self.config_line("blob_addr").as_deref(),
+            Some("blob_addr = \"0.0.0.0:10000\"")
+        );
+        let port = port_of(&self.node, &Value::from("blob"));
+        assert_eq!(port, 10000, "the node container's blob port");
+        let ca_pem = self.dir.path().join("ca").join("ca.pem");
+        for pod in &self.pods {
+            let ip = pod.ip.unwrap();
+            let server_name = ip.to_string();
+            let addr = SocketAddr::from((ip, port));
+            let trust = tls.then_some(TlsTrust {
+                ca_pem: &ca_pem,
+                server_name: &server_name,
+            });
+            let what = format!(
+                "{} answering the Blob API on its blob port ({addr})",
+                pod.name
+            );
+            eventually(READY_TIMEOUT, what, async || {
+                blob_answers(addr, trust, authorization).await
+            })
+            .await;
         }
     }
 
@@ -741,6 +773,8 @@ async fn the_rendered_statefulset_forms_a_cluster_that_serves_and_answers_its_pr
     assert!(chart.metrics(0).await.contains("tributary_peer_insecure 0"));
     // AMQP for the Azure SDKs: plain text and, with TLS on, AMQPS.
     chart.check_amqp(&["amqp", "amqps"]).await;
+    // The Blob checkpoint endpoint: HTTPS, refusing calls without a credential.
+    chart.check_blob(true, true).await;
 
     // The chart's helm test pod: create a hub, send, read back, through the client
     // Service's name, over TLS with the root key. Its containers run in order.
@@ -871,6 +905,8 @@ async fn without_tls_the_cluster_key_alone_lets_the_pods_form_a_cluster() {
     // AMQP in plain text only: AMQPS needs the client port's certificate.
     assert_eq!(chart.config_line("amqps_addr"), None);
     chart.check_amqp(&["amqp"]).await;
+    // The Blob checkpoint endpoint in plain text, answering without a credential.
+    chart.check_blob(false, false).await;
     // Every pod is ready: the cluster formed over peer connections the key admitted.
     for i in 0..chart.pods.len() {
         let metrics = chart.metrics(i).await;

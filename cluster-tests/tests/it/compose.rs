@@ -1,6 +1,7 @@
 //! `deploy/compose/docker-compose.yml`: one command brings up a working three-node cluster
-//! (all three nodes up, each node's AMQP listener answering on its published port, a hub
-//! replicated on every node, events sent and read back through node 1's published port). The nodes' peer ports are on the compose network, so they
+//! (all three nodes up, each node's AMQP listener and Blob checkpoint endpoint answering on
+//! its published ports, a hub replicated on every node, events sent and read back through
+//! node 1's published port). The nodes' peer ports are on the compose network, so they
 //! start only with the cluster key the file's one-shot service makes: three nodes up means
 //! they hold it and admit each other.
 //!
@@ -20,8 +21,8 @@ use tokio::time::Instant;
 use tributary_client::{Client, EventData, EventPosition, SendTarget};
 use tributary_cluster_tests::containers::{IMAGE_DEFAULT, image_exists};
 use tributary_cluster_tests::{
-    REQUIRED_VALUE, amqp_answers, eventually, free_port, is_required, poll_until, require_tool,
-    test_seed,
+    REQUIRED_VALUE, amqp_answers, blob_answers, eventually, free_port, is_required, poll_until,
+    require_tool, test_seed,
 };
 
 /// Set to `1` by scripts/compose-check, which provides what this test needs.
@@ -119,6 +120,7 @@ async fn compose_file_brings_up_a_working_three_node_cluster() {
     let subnet = format!("172.30.{}", 1 + seed % 250);
     let port = free_port();
     let amqp_ports = [free_port(), free_port(), free_port()];
+    let blob_ports = [free_port(), free_port(), free_port()];
     let project = Project {
         tool,
         file: compose_file(),
@@ -132,6 +134,9 @@ async fn compose_file_brings_up_a_working_three_node_cluster() {
             ("TRIBUTARY_NODE1_AMQP_PORT", amqp_ports[0].to_string()),
             ("TRIBUTARY_NODE2_AMQP_PORT", amqp_ports[1].to_string()),
             ("TRIBUTARY_NODE3_AMQP_PORT", amqp_ports[2].to_string()),
+            ("TRIBUTARY_NODE1_BLOB_PORT", blob_ports[0].to_string()),
+            ("TRIBUTARY_NODE2_BLOB_PORT", blob_ports[1].to_string()),
+            ("TRIBUTARY_NODE3_BLOB_PORT", blob_ports[2].to_string()),
         ],
     };
     let up = project.run(&["up", "-d"]);
@@ -170,6 +175,16 @@ async fn compose_file_brings_up_a_working_three_node_cluster() {
         let what = format!("node {node}'s AMQP listener answering on {addr}");
         eventually(CLUSTER_UP_TIMEOUT, &what, async || {
             amqp_answers(addr, None).await
+        })
+        .await;
+    }
+    // Each node's Blob checkpoint endpoint, on its published port: authorization is off,
+    // so the probe's unsigned call is answered.
+    for (node, blob_port) in (1..).zip(blob_ports) {
+        let addr = SocketAddr::from(([127, 0, 0, 1], blob_port));
+        let what = format!("node {node}'s Blob checkpoint endpoint answering on {addr}");
+        eventually(CLUSTER_UP_TIMEOUT, &what, async || {
+            blob_answers(addr, None, false).await
         })
         .await;
     }

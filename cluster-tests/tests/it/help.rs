@@ -104,10 +104,13 @@ const COMMANDS: &[(&[&str], &[&str])] = &[
         &["--rights", "--hub", "--connection-string", "--endpoint"],
     ),
     (&["auth", "rule", "list"], &["--hub", "--connection-string"]),
-    (&["auth", "rule", "keys"], &["--hub", "--amqp-port"]),
+    (
+        &["auth", "rule", "keys"],
+        &["--hub", "--amqp-port", "--blob-port"],
+    ),
     (
         &["auth", "rule", "rotate"],
-        &["--key", "--hub", "--amqp-port"],
+        &["--key", "--hub", "--amqp-port", "--blob-port"],
     ),
     (&["auth", "rule", "delete"], &["--hub"]),
     (

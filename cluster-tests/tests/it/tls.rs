@@ -13,8 +13,8 @@ use tokio::time::Instant;
 use tributary_client::tls::{TlsConnector, client_config, read_certificates};
 use tributary_client::{Client, ClientError, ClientOptions, EventData, SendTarget};
 use tributary_cluster_tests::{
-    LocalCluster, NodeCert, NodePorts, NodeProcess, TestCa, TestDir, cli, describe_output,
-    eventually, http_get,
+    LocalCluster, NodeCert, NodePorts, NodeProcess, TestCa, TestDir, TlsTrust, blob_answers, cli,
+    describe_output, eventually, http_get,
 };
 use tributary_proto::peer::node_status_client::NodeStatusClient;
 use tributary_proto::peer::raft_peer_client::RaftPeerClient;
@@ -135,6 +135,17 @@ async fn the_client_port_serves_tls_and_tells_clients_that_get_it_wrong() {
     let hubs = client.list_event_hubs().await.unwrap();
     let names: Vec<&str> = hubs.iter().map(|h| h.name.as_str()).collect();
     assert_eq!(names, ["orders"]);
+
+    // The Blob endpoint is HTTPS with the same certificate, and negotiates HTTP/1.1 with
+    // clients offering it (as the Azure Storage SDKs' HTTP clients do).
+    let ca_path = ca.ca_pem();
+    let trust = TlsTrust {
+        ca_pem: &ca_path,
+        server_name: "127.0.0.1",
+    };
+    blob_answers(node.blob_addr(), Some(trust), false)
+        .await
+        .unwrap_or_else(|e| panic!("the Blob endpoint over TLS: {e}"));
 
     // Plain text to the TLS port: told at once, not retried.
     let plain = node.endpoint();

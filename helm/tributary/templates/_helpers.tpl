@@ -79,6 +79,7 @@ amqp_addr = "none"
 {{- if .Values.tls.enabled }}
 amqps_addr = "0.0.0.0:5671"
 {{- end }}
+blob_addr = "0.0.0.0:10000"
 seeds = {{ include "tributary.seeds" . }}
 bootstrap_expect = {{ int .Values.bootstrapExpect }}
 controller_voters = {{ int .Values.controllerVoters }}
