@@ -10,12 +10,14 @@ const SERVER_CRATES: &[&str] = &[
     "tributary-node",
     "tributary-net",
     "tributary-broker",
+    "tributary-partition",
     "tributary-controller",
     "tributary-raft",
     "tributary-storage",
 ];
 /// What front ends never touch directly.
 const BELOW_THE_BROKER: &[&str] = &[
+    "tributary-partition",
     "tributary-raft",
     "tributary-storage",
     "tributary-controller",

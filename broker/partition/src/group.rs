@@ -7,7 +7,7 @@ use futures::Stream;
 use tributary_raft::openraft_api::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
 use tributary_raft::{LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig};
 
-use crate::partition::state_machine::{PartitionStateMachine, SnapshotBuilder};
+use crate::state_machine::{PartitionStateMachine, SnapshotBuilder};
 use tributary_controller::state_machine::{ControllerSnapshotBuilder, ControllerStateMachine};
 
 pub enum GroupStateMachine {

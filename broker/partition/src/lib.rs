@@ -1,4 +1,8 @@
-//! A partition: one Raft group whose log is the partition's data.
+//! A partition: one Raft group whose log is the partition's data (`tributary-partition`, the
+//! broker's `partition` module): its state machine (events, indexes, idempotent producers,
+//! retention and compaction), its appender, positions and the event codec.
+
+pub mod group;
 
 pub mod appender;
 pub mod codec;

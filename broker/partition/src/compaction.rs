@@ -198,7 +198,7 @@ mod tests {
     use tributary_raft::{Entry, ProducerStamp, TypeConfig};
 
     use super::*;
-    use crate::partition::codec::{EventRecord, Property, encode_batch, frame_positions};
+    use crate::codec::{EventRecord, Property, encode_batch, frame_positions};
 
     /// One generated event: its key (from a small set), body (empty: a tombstone) and
     /// whether it starts a new entry, enqueued `step_ms` after the previous one.

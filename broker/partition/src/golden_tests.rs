@@ -6,7 +6,7 @@
 //! own code and checks that encoding its sample gives the same bytes, so a change to a field
 //! or to the order of a variant fails here.
 //!
-//! The files under `broker/golden/format-1/` are release 0.1.0's bytes: none of these types
+//! The files under `broker/partition/golden/format-1/` are release 0.1.0's bytes: none of these types
 //! (nor openraft's, nor postcard's version) changed between that release (commit 357b040)
 //! and the one that introduced format 2, so what format 1 encodes today is what 0.1.0 wrote.
 //! An event batch has no envelope in any format (it travels inside an entry, which has one):
