@@ -247,5 +247,89 @@ def refusals():
     emit({"summary": summary})
 
 
-SCENARIOS = {"processor": processor, "race": race, "refusals": refusals}
+def aio():
+    """The asyncio store (azure-eventhub-checkpointstoreblob-aio, on aiohttp, which sends `$`
+    unencoded in paths and prefixes): claims run concurrently, renewals, a stale claim, a
+    checkpoint; then an asyncio processor checkpointing every event until it has `events`."""
+    import asyncio
+
+    from azure.eventhub.aio import EventHubConsumerClient as AsyncConsumer
+    from azure.eventhub.extensions.checkpointstoreblobaio import (
+        BlobCheckpointStore as AsyncStore,
+    )
+
+    group = SETTINGS["group"]
+    partitions = SETTINGS["partitions"]
+
+    def claims(owner, etags=None):
+        items = []
+        for p in range(partitions):
+            item = {
+                "fully_qualified_namespace": "127.0.0.1",
+                "eventhub_name": HUB,
+                "consumer_group": group,
+                "partition_id": str(p),
+                "owner_id": owner,
+            }
+            if etags is not None:
+                item["etag"] = etags[str(p)]
+            items.append(item)
+        return items
+
+    async def run():
+        summary = {}
+        store = AsyncStore.from_connection_string(
+            blob_connection_string(), CONTAINER, **transport_options()
+        )
+        async with store:
+            first = await store.claim_ownership(claims("aio-a"))
+            summary["first"] = sorted(c["partition_id"] for c in first)
+            etags = {c["partition_id"]: c["etag"] for c in first}
+            renewed = await store.claim_ownership(claims("aio-a", etags))
+            summary["renewed"] = sorted(c["partition_id"] for c in renewed)
+            summary["etags_changed"] = all(
+                c["etag"] != etags[c["partition_id"]] for c in renewed
+            )
+            stale = await store.claim_ownership(claims("aio-b", etags))
+            summary["stale"] = [c["partition_id"] for c in stale]
+            owned = await store.list_ownership("127.0.0.1", HUB, group)
+            summary["owners"] = sorted({o["owner_id"] for o in owned})
+            # Released, as a stopping processor releases them, for the processor below.
+            current = {o["partition_id"]: o["etag"] for o in owned}
+            await store.claim_ownership(claims("", current))
+        received = []
+        done = asyncio.Event()
+        client = AsyncConsumer.from_connection_string(
+            amqp_connection_string(),
+            consumer_group=group,
+            checkpoint_store=AsyncStore.from_connection_string(
+                blob_connection_string(), CONTAINER, **transport_options()
+            ),
+            load_balancing_interval=1.0,
+        )
+
+        checkpointed = []
+
+        async def on_event(context, event):
+            received.append([int(context.partition_id), event.sequence_number])
+            await context.update_checkpoint(event)
+            # Done once every event's checkpoint is written, not just received.
+            checkpointed.append(event.sequence_number)
+            if len(checkpointed) >= SETTINGS["events"]:
+                done.set()
+
+        async with client:
+            task = asyncio.ensure_future(client.receive(on_event=on_event, starting_position="-1"))
+            try:
+                await asyncio.wait_for(done.wait(), 120)
+            finally:
+                await client.close()
+                await task
+        summary["received"] = sorted(received)
+        emit({"summary": summary})
+
+    asyncio.run(run())
+
+
+SCENARIOS = {"processor": processor, "race": race, "refusals": refusals, "aio": aio}
 SCENARIOS[SETTINGS["scenario"]]()

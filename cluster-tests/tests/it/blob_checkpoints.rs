@@ -672,3 +672,37 @@ async fn wrong_keys_weak_rules_and_other_blobs_are_refused_over_https() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_asyncio_store_and_processor_work_too() {
+    let Some(env) = BlobCluster::start("blob-aio", false).await else {
+        return;
+    };
+    let group = "aio";
+    env.root.create_consumer_group(HUB, group).await.unwrap();
+    env.send_each(3).await;
+    let settings = env.settings(
+        "aio",
+        2,
+        json!({"group": group, "partitions": PARTITIONS, "events": 3 * PARTITIONS}),
+    );
+    let summary = env.python("aio", settings).summary().await;
+    let every: Vec<String> = {
+        let mut ids: Vec<String> = (0..PARTITIONS).map(|p| p.to_string()).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(summary["first"], json!(every), "{summary}");
+    assert_eq!(summary["renewed"], json!(every), "{summary}");
+    assert_eq!(summary["etags_changed"], json!(true), "{summary}");
+    assert_eq!(summary["stale"], json!([]), "{summary}");
+    assert_eq!(summary["owners"], json!(["aio-a"]), "{summary}");
+    let mut expected = Vec::new();
+    for p in 0..PARTITIONS {
+        for seq in 0..3 {
+            expected.push(json!([p, seq]));
+        }
+    }
+    assert_eq!(summary["received"], json!(expected), "{summary}");
+    env.await_checkpoints(group, 2).await;
+}
