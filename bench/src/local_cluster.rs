@@ -239,9 +239,10 @@ impl LocalCluster {
         // Each node its own AMQP port (node flags may still set `--amqp-addr`). Given
         // through the environment, which a node without an AMQP listener ignores.
         command.env("TRIBUTARY_AMQP_ADDR", node.amqp_addr());
-        // No Blob checkpoint endpoint: the bench does not use it, and nodes on one machine
-        // cannot share its default port.
+        // No Blob checkpoint endpoint or Kafka listener: the bench does not use them, and
+        // nodes on one machine cannot share their default ports.
         command.env("TRIBUTARY_BLOB_ADDR", "none");
+        command.env("TRIBUTARY_KAFKA_ADDR", "none");
         let described = format!("{:?}", command.as_std());
         writeln!(log, "=== {}: starting {described}", self.label)
             .with_context(|| format!("cannot write {}", node.log_path.display()))?;

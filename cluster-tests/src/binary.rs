@@ -44,9 +44,10 @@ pub fn binary_path() -> PathBuf {
 /// settings (they would override nothing we pass but could add settings we do not expect),
 /// except `TRIBUTARY_LOG` for debugging; no colours in logs. Killed if dropped.
 ///
-/// `serve` listens for AMQP on 127.0.0.1:5672 and for Blob on 127.0.0.1:10000 by default,
-/// ports concurrent tests would share: the command turns them off
-/// (`TRIBUTARY_AMQP_ADDR=none`, `TRIBUTARY_BLOB_ADDR=none`) unless the caller sets its own
+/// `serve` listens for AMQP on 127.0.0.1:5672, for Blob on 127.0.0.1:10000 and for Kafka on
+/// 127.0.0.1:9092 by default, ports concurrent tests would share: the command turns them
+/// off (`TRIBUTARY_AMQP_ADDR=none`, `TRIBUTARY_BLOB_ADDR=none`, `TRIBUTARY_KAFKA_ADDR=none`)
+/// unless the caller sets its own
 /// ([`crate::NodeProcess`] gives each node free ports).
 pub fn tributary_command() -> tokio::process::Command {
     tributary_command_at(&binary_path())
@@ -65,6 +66,7 @@ pub fn tributary_command_at(binary: &Path) -> tokio::process::Command {
         .env("NO_COLOR", "1")
         .env("TRIBUTARY_AMQP_ADDR", "none")
         .env("TRIBUTARY_BLOB_ADDR", "none")
+        .env("TRIBUTARY_KAFKA_ADDR", "none")
         .stdin(Stdio::null())
         .kill_on_drop(true);
     command

@@ -14,6 +14,7 @@ mod cluster;
 pub mod containers;
 mod eventually;
 mod http;
+pub mod kafka_tools;
 pub mod nemesis;
 mod node_process;
 mod probe_tls;

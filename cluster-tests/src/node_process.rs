@@ -39,6 +39,8 @@ pub struct NodePorts {
     pub amqp: u16,
     pub amqps: u16,
     pub blob: u16,
+    pub kafka: u16,
+    pub kafka_tls: u16,
 }
 
 impl NodePorts {
@@ -50,6 +52,8 @@ impl NodePorts {
             amqp: free_port(),
             amqps: free_port(),
             blob: free_port(),
+            kafka: free_port(),
+            kafka_tls: free_port(),
         }
     }
 }
@@ -65,6 +69,9 @@ pub const AMQP_ADDR_ENV: &str = "TRIBUTARY_AMQP_ADDR";
 pub const AMQPS_ADDR_ENV: &str = "TRIBUTARY_AMQPS_ADDR";
 /// The environment variable setting `serve --blob-addr`.
 pub const BLOB_ADDR_ENV: &str = "TRIBUTARY_BLOB_ADDR";
+/// The environment variables setting `serve --kafka-addr` and `--kafka-tls-addr`.
+pub const KAFKA_ADDR_ENV: &str = "TRIBUTARY_KAFKA_ADDR";
+pub const KAFKA_TLS_ADDR_ENV: &str = "TRIBUTARY_KAFKA_TLS_ADDR";
 
 pub struct NodeProcess {
     data_dir: PathBuf,
@@ -77,6 +84,8 @@ pub struct NodeProcess {
     amqp_port: u16,
     amqps_port: u16,
     blob_port: u16,
+    kafka_port: u16,
+    kafka_tls_port: u16,
     log_path: PathBuf,
     /// Where the current run's output starts in the log.
     run_log_start: u64,
@@ -109,6 +118,7 @@ impl NodeProcess {
                     (ports.client, ports.http, ports.peer);
                 (node.amqp_port, node.amqps_port) = (ports.amqp, ports.amqps);
                 node.blob_port = ports.blob;
+                (node.kafka_port, node.kafka_tls_port) = (ports.kafka, ports.kafka_tls);
             }
             node.spawn();
             match node.ready_or_exit().await {
@@ -163,6 +173,8 @@ impl NodeProcess {
             amqp_port: ports.amqp,
             amqps_port: ports.amqps,
             blob_port: ports.blob,
+            kafka_port: ports.kafka,
+            kafka_tls_port: ports.kafka_tls,
             log_path,
             run_log_start: 0,
             child: None,
@@ -227,6 +239,8 @@ impl NodeProcess {
             amqp: self.amqp_port,
             amqps: self.amqps_port,
             blob: self.blob_port,
+            kafka: self.kafka_port,
+            kafka_tls: self.kafka_tls_port,
         }
     }
 
@@ -254,6 +268,17 @@ impl NodeProcess {
     /// client certificate.
     pub fn blob_addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.blob_port))
+    }
+
+    /// The plain-text Kafka listener's address (`--kafka-addr`).
+    pub fn kafka_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.kafka_port))
+    }
+
+    /// The Kafka-over-TLS listener's address (`--kafka-tls-addr`), served when the node has
+    /// a client certificate.
+    pub fn kafka_tls_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.kafka_tls_port))
     }
 
     /// The node-to-node port's address (`--peer-addr`).
@@ -425,9 +450,14 @@ impl NodeProcess {
             // Each node its own AMQP ports (through the environment: earlier releases
             // have no AMQP and ignore it); AMQPS only beside a client certificate.
             .env(AMQP_ADDR_ENV, format!("127.0.0.1:{}", self.amqp_port))
-            .env(BLOB_ADDR_ENV, format!("127.0.0.1:{}", self.blob_port));
+            .env(BLOB_ADDR_ENV, format!("127.0.0.1:{}", self.blob_port))
+            .env(KAFKA_ADDR_ENV, format!("127.0.0.1:{}", self.kafka_port));
         if self.extra_args.iter().any(|arg| arg == "--tls-cert") {
             command.env(AMQPS_ADDR_ENV, format!("127.0.0.1:{}", self.amqps_port));
+            command.env(
+                KAFKA_TLS_ADDR_ENV,
+                format!("127.0.0.1:{}", self.kafka_tls_port),
+            );
         }
         command
             .args(&self.extra_args)

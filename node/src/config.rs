@@ -49,6 +49,25 @@ pub struct ServeArgs {
     /// [env: TRIBUTARY_BLOB_ADDR] [default: 127.0.0.1:10000]
     #[arg(long, value_name = "HOST:PORT|none")]
     pub blob_addr: Option<Listen>,
+    /// Address for the Kafka protocol in plain text (Kafka clients: librdkafka, kcat,
+    /// kafka-python, aiokafka), or `none` to turn it off. Off unless given: the front end
+    /// is not complete yet (no consumer groups or idempotent producer), and a malformed
+    /// request can still exhaust the node's memory in decoding, so expose it only to
+    /// trusted clients (the usual port is 9092).
+    /// [env: TRIBUTARY_KAFKA_ADDR] [default: none]
+    #[arg(long, value_name = "HOST:PORT|none")]
+    pub kafka_addr: Option<Listen>,
+    /// Address for the Kafka protocol over TLS, with the client port's certificate
+    /// (--tls-cert), or `none` to turn it off. Off unless given, as --kafka-addr (the usual
+    /// port is 9093).
+    /// [env: TRIBUTARY_KAFKA_TLS_ADDR] [default: none]
+    #[arg(long, value_name = "HOST:PORT|none")]
+    pub kafka_tls_addr: Option<Listen>,
+    /// The Kafka address clients are told to connect to (Metadata's broker address) instead
+    /// of the bound --kafka-addr (or --kafka-tls-addr when plain text is off): `host:port`.
+    /// [env: TRIBUTARY_ADVERTISE_KAFKA_ADDR] [default: the bound address]
+    #[arg(long, value_name = "HOST:PORT")]
+    pub advertise_kafka_addr: Option<String>,
     /// Address for node-to-node traffic (Raft replication, cluster membership).
     /// [env: TRIBUTARY_PEER_ADDR] [default: 127.0.0.1:7401]
     #[arg(long)]
@@ -232,6 +251,9 @@ struct FileConfig {
     amqp_addr: Option<Listen>,
     amqps_addr: Option<Listen>,
     blob_addr: Option<Listen>,
+    kafka_addr: Option<Listen>,
+    kafka_tls_addr: Option<Listen>,
+    advertise_kafka_addr: Option<String>,
     node_id: Option<u64>,
     capacity_units: Option<u32>,
     zone: Option<String>,
@@ -364,6 +386,11 @@ pub struct NodeConfig {
     pub amqps_addr: Option<SocketAddr>,
     /// The Blob checkpoint endpoint, if on (HTTPS when the client port has a certificate).
     pub blob_addr: Option<SocketAddr>,
+    /// The Kafka listeners, plain text and TLS, if on.
+    pub kafka_addr: Option<SocketAddr>,
+    pub kafka_tls_addr: Option<SocketAddr>,
+    /// The Kafka address clients are told (`host:port`), when not the bound one.
+    pub advertise_kafka_addr: Option<String>,
     pub node_id: u64,
     pub capacity_units: u32,
     pub zone: Option<String>,
@@ -405,6 +432,9 @@ impl NodeConfig {
             amqp_addr: Some("127.0.0.1:0".parse().expect("valid")),
             amqps_addr: None,
             blob_addr: Some("127.0.0.1:0".parse().expect("valid")),
+            kafka_addr: Some("127.0.0.1:0".parse().expect("valid")),
+            kafka_tls_addr: None,
+            advertise_kafka_addr: None,
             node_id: 1,
             capacity_units: 1,
             zone: None,
@@ -581,10 +611,36 @@ impl ServeArgs {
             .or(file.blob_addr)
             .unwrap_or(Listen::At(BLOB_ADDR_DEFAULT.parse().expect("valid")))
             .addr();
+        let kafka_addr = self
+            .kafka_addr
+            .or(env("TRIBUTARY_KAFKA_ADDR")?)
+            .or(file.kafka_addr)
+            .and_then(Listen::addr);
+        let kafka_tls_addr = match self
+            .kafka_tls_addr
+            .or(env("TRIBUTARY_KAFKA_TLS_ADDR")?)
+            .or(file.kafka_tls_addr)
+        {
+            Some(Listen::At(addr)) if tls.client.is_none() => bail!(
+                "--kafka-tls-addr {addr} needs the client port's certificate: give --tls-cert \
+                 and --tls-key, or turn Kafka over TLS off with --kafka-tls-addr none"
+            ),
+            Some(listen) => listen.addr(),
+            None => None,
+        };
+        let advertise_kafka_addr = advertised(
+            self.advertise_kafka_addr
+                .or(env("TRIBUTARY_ADVERTISE_KAFKA_ADDR")?)
+                .or(file.advertise_kafka_addr),
+            "--advertise-kafka-addr",
+        )?;
         let config = NodeConfig {
             amqp_addr,
             amqps_addr,
             blob_addr,
+            kafka_addr,
+            kafka_tls_addr,
+            advertise_kafka_addr,
             connections,
             placement,
             retention,
@@ -1160,6 +1216,31 @@ mod tests {
         // Loopback reaches no other machine.
         assert!(resolve("127.0.0.1:7401", false, false).is_ok());
         assert!(resolve("[::1]:7401", false, false).is_ok());
+    }
+
+    #[test]
+    fn kafka_listeners_are_off_unless_given_and_tls_needs_a_certificate() {
+        let config = ServeArgs::default().resolve().unwrap();
+        assert_eq!((config.kafka_addr, config.kafka_tls_addr), (None, None));
+        let on = ServeArgs {
+            kafka_addr: Some("127.0.0.1:9092".parse().unwrap()),
+            advertise_kafka_addr: Some("kafka-1.example.internal:9092".into()),
+            ..ServeArgs::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(on.kafka_addr, Some("127.0.0.1:9092".parse().unwrap()));
+        assert_eq!(
+            on.advertise_kafka_addr.as_deref(),
+            Some("kafka-1.example.internal:9092")
+        );
+        let err = ServeArgs {
+            kafka_tls_addr: Some("127.0.0.1:9093".parse().unwrap()),
+            ..ServeArgs::default()
+        }
+        .resolve()
+        .unwrap_err();
+        assert!(err.to_string().contains("--tls-cert"), "{err}");
     }
 
     #[test]

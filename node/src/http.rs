@@ -248,6 +248,18 @@ fn describe_added_metrics() {
         "tributary_amqp_errors_total",
         "AMQP errors sent to clients (in a close, end, detach, SASL outcome, rejected delivery or status reply), by condition"
     );
+    describe_gauge!(
+        "tributary_kafka_connections",
+        "Kafka connections open on this node (both listeners)"
+    );
+    describe_counter!(
+        "tributary_kafka_requests_total",
+        "Kafka requests answered or refused, by API"
+    );
+    describe_counter!(
+        "tributary_kafka_connections_refused_total",
+        "Kafka connections closed for a protocol error (a malformed request, an API or version not served, a refused login)"
+    );
     describe_counter!(
         "tributary_blob_requests_total",
         "Blob checkpoint endpoint requests, by operation and outcome (code: ok, or the Azure error code answered)"

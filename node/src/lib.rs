@@ -130,6 +130,28 @@ fn blob_tls_config(client_port: &rustls::ServerConfig) -> rustls::ServerConfig {
     config
 }
 
+/// The Kafka address clients are told: `--advertise-kafka-addr`, else the bound listener's
+/// (with the advertised client host when bound to every interface).
+fn kafka_advertised(config: &NodeConfig, bound: Option<SocketAddr>) -> (String, u16) {
+    if let Some((host, port)) = config
+        .advertise_kafka_addr
+        .as_deref()
+        .and_then(|a| a.rsplit_once(':'))
+        .and_then(|(host, port)| Some((host.to_string(), port.parse().ok()?)))
+    {
+        return (host, port);
+    }
+    let bound = bound.unwrap_or_else(|| "127.0.0.1:9092".parse().expect("valid"));
+    let host = match (bound.ip().is_unspecified(), &config.advertise_client_addr) {
+        (true, Some(client)) => client
+            .rsplit_once(':')
+            .map_or(client.as_str(), |(host, _)| host)
+            .to_string(),
+        _ => bound.ip().to_string(),
+    };
+    (host, bound.port())
+}
+
 /// The AMQP connection limits from the node's settings.
 fn amqp_limits(config: &NodeConfig, node_name: String) -> tributary_amqp::server::ConnectionLimits {
     let defaults = tributary_amqp::server::ConnectionLimits::default();
@@ -198,6 +220,9 @@ pub struct Node {
     pub amqps_addr: Option<SocketAddr>,
     /// The Blob checkpoint endpoint's bound address, when on.
     pub blob_addr: Option<SocketAddr>,
+    /// The Kafka listeners' bound addresses (plain text and TLS), when on.
+    pub kafka_addr: Option<SocketAddr>,
+    pub kafka_tls_addr: Option<SocketAddr>,
     pub broker: Arc<Broker>,
     /// The broker's API, as every front end calls it.
     pub service: Service,
@@ -256,6 +281,21 @@ impl Node {
         let amqps_listener =
             bind_optional(config.amqps_addr, "AMQPS address (--amqps-addr)").await?;
         let blob_listener = bind_optional(config.blob_addr, "Blob address (--blob-addr)").await?;
+        let kafka_listener =
+            bind_optional(config.kafka_addr, "Kafka address (--kafka-addr)").await?;
+        let kafka_tls_listener = bind_optional(
+            config.kafka_tls_addr,
+            "Kafka TLS address (--kafka-tls-addr)",
+        )
+        .await?;
+        let kafka_addr = kafka_listener
+            .as_ref()
+            .map(TcpListener::local_addr)
+            .transpose()?;
+        let kafka_tls_addr = kafka_tls_listener
+            .as_ref()
+            .map(TcpListener::local_addr)
+            .transpose()?;
         let blob_addr = blob_listener
             .as_ref()
             .map(TcpListener::local_addr)
@@ -440,6 +480,41 @@ impl Node {
         }
         let service = Service::new(broker.clone(), auth, store, placement);
         forward.set(service.clone());
+        let kafka = Arc::new(tributary_kafka::KafkaContext {
+            node: tributary_forward::AnyNode::new(service.clone()),
+            node_id: i32::try_from(node_id.0).unwrap_or(i32::MAX),
+            advertised: kafka_advertised(&config, kafka_addr.or(kafka_tls_addr)),
+            request_bytes_max: config.publish_bytes_max * 2 + REQUEST_OVERHEAD_BYTES,
+            clock: clock.clone(),
+        });
+        let kafka_gate = limits::ConnectionGate::new("kafka", connections.max_connections);
+        if let Some(listener) = kafka_listener {
+            tasks.spawn(tributary_kafka::listener::serve_listener(
+                limits::incoming(listener, kafka_gate.clone(), connections.idle_timeout),
+                kafka.clone(),
+                shutdown_rx.clone(),
+            ));
+        }
+        if let Some(listener) = kafka_tls_listener {
+            let mut tls_config = node_tls
+                .client_port
+                .as_deref()
+                .expect("--kafka-tls-addr is refused without --tls-cert")
+                .clone();
+            // Kafka clients offer no application protocol.
+            tls_config.alpn_protocols.clear();
+            tasks.spawn(tributary_kafka::listener::serve_listener(
+                tls::incoming(
+                    listener,
+                    Arc::new(tls_config),
+                    tls::TlsPort::Client,
+                    kafka_gate,
+                    connections.idle_timeout,
+                ),
+                kafka,
+                shutdown_rx.clone(),
+            ));
+        }
         let amqp = AmqpListeners {
             plain: amqp_listener,
             tls: amqps_listener.map(|listener| {
@@ -528,6 +603,8 @@ impl Node {
             amqp_addr = %display_listener(amqp_addr),
             amqps_addr = %display_listener(amqps_addr),
             blob_addr = %display_listener(blob_addr),
+            kafka_addr = %display_listener(kafka_addr),
+            kafka_tls_addr = %display_listener(kafka_tls_addr),
             node_id = node_id.0,
             %cluster_id,
             data_dir = %config.data_dir.display(),
@@ -541,6 +618,8 @@ impl Node {
             amqp_addr,
             amqps_addr,
             blob_addr,
+            kafka_addr,
+            kafka_tls_addr,
             broker,
             service,
             shards,

@@ -6,7 +6,8 @@
 //!
 //! - [`send`](Service::send): publish events to a hub (round robin, partition key or id).
 //! - [`read`](Service::read): a stream of committed events from a position, under Event Hubs'
-//!   reader rules; partition properties and readers.
+//!   reader rules; partition properties and readers. [`fetch`](Service::fetch): one read
+//!   from a sequence number, for clients that poll (Kafka).
 //! - management: hubs, consumer groups, nodes, authorization rules, cluster status
 //!   (`manage.rs`, `rules.rs`).
 //! - the checkpoint store: ownership and checkpoints (`store.rs`), and as blobs for the Blob
@@ -18,6 +19,7 @@
 
 mod blob;
 mod diagnostics;
+mod fetch;
 mod manage;
 mod read;
 mod rules;
@@ -35,6 +37,7 @@ use crate::readers::Readers;
 
 pub use blob::{BLOB_METADATA_BYTES_MAX, BlobCondition, BlobKind, BlobPut, BlobView, BlobWrite};
 pub use diagnostics::{REPLICA_EVENTS_PAGE_DEFAULT, REPLICA_EVENTS_PAGE_MAX, ReplicaEvents};
+pub use fetch::{FetchBatch, FetchRequest};
 pub use manage::{
     CaptureRequest, HubSettingsRequest, HubUpdateRequest, NewHubRequest, PlannedMove, RebalancePlan,
 };

@@ -11,7 +11,8 @@ use tributary_cluster_tests::{TestDir, binary_path, free_port, workspace_dir};
 
 /// A base port whose nine ports (three per node) are all free right now, and the three
 /// after it (the nodes' AMQP ports, `AMQP_BASE_PORT` = base + 3), and the three after those
-/// (their Blob ports, `BLOB_BASE_PORT` = base + 6).
+/// (their Blob ports, `BLOB_BASE_PORT` = base + 6), and each node's Kafka port (base +
+/// 10 (N - 1) + 9, `KAFKA_BASE_PORT` = base + 9).
 fn free_base_port() -> u16 {
     loop {
         let base = free_port();
@@ -19,7 +20,11 @@ fn free_base_port() -> u16 {
             continue;
         }
         let all_free = (0..3).all(|n| {
-            let ports = if n == 0 { 0..9 } else { 0..3 };
+            let ports: Vec<u16> = if n == 0 {
+                (0..10).collect()
+            } else {
+                vec![0, 1, 2, 9]
+            };
             ports
                 .into_iter()
                 .all(|k| std::net::TcpListener::bind(("127.0.0.1", base + 10 * n + k)).is_ok())
@@ -41,6 +46,9 @@ async fn cluster_local_script_starts_three_nodes() {
         .env("BASE_PORT", base.to_string())
         .env("AMQP_BASE_PORT", (base + 3).to_string())
         .env("BLOB_BASE_PORT", (base + 6).to_string())
+        // Node N's Kafka port is base + 10 (N - 1) + 9: beside its client, peer and HTTP
+        // ports (base + 10 (N - 1) + 0..2), never on the AMQP and Blob ones.
+        .env("KAFKA_BASE_PORT", (base + 9).to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .kill_on_drop(true)

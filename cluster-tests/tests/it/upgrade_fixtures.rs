@@ -65,6 +65,8 @@ impl Settings {
                     amqp: tributary_cluster_tests::free_port(),
                     amqps: tributary_cluster_tests::free_port(),
                     blob: tributary_cluster_tests::free_port(),
+                    kafka: tributary_cluster_tests::free_port(),
+                    kafka_tls: tributary_cluster_tests::free_port(),
                 };
                 (n["node_id"].as_u64().expect("a node id"), ports)
             })

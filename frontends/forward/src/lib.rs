@@ -20,8 +20,9 @@ use tonic::{Request, Response, Status};
 use tributary_proto::peer::forward_client::ForwardClient;
 use tributary_proto::peer::forward_server::{Forward, ForwardServer};
 use tributary_proto::peer::{
-    ForwardPosition, ForwardPropertiesReply, ForwardPropertiesRequest, ForwardReadBatch,
-    ForwardReadRequest, ForwardSendReply, ForwardSendRequest, forward_position,
+    ForwardFetchReply, ForwardFetchRequest, ForwardPosition, ForwardPropertiesReply,
+    ForwardPropertiesRequest, ForwardReadBatch, ForwardReadRequest, ForwardSendReply,
+    ForwardSendRequest, forward_position,
 };
 
 use tributary_types::limits::{PUBLISH_BYTES_MAX_LIMIT, RECEIVE_BATCH_BYTES_MAX};
@@ -29,8 +30,8 @@ use tributary_types::{NodeId, Offset, PartitionId, Rights, SequenceNumber};
 
 use tributary_broker::partition::codec;
 use tributary_broker::service::{
-    PartitionProperties, Position, ProducerStamp, ReadBatch, ReadEvent, ReadRequest, ReadStream,
-    SendReply, SendRequest, Service, Target,
+    FetchBatch, FetchRequest, PartitionProperties, Position, ProducerStamp, ReadBatch, ReadEvent,
+    ReadRequest, ReadStream, SendReply, SendRequest, Service, Target,
 };
 use tributary_broker::{Credential, Error, ErrorKind, Scope};
 
@@ -48,6 +49,8 @@ const FORWARD_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 pub const FORWARD_MESSAGE_BYTES_MAX: usize = PUBLISH_BYTES_MAX_LIMIT + 2 * RECEIVE_BATCH_BYTES_MAX;
 /// Batches buffered per forwarded reader.
 const READ_BUFFER_BATCHES: usize = 2;
+/// The longest a fetch waits for an event (well within a forwarded call's timeout).
+const FETCH_WAIT_MAX: Duration = Duration::from_secs(10);
 
 /// Where a call runs next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -301,6 +304,64 @@ impl AnyNode {
             last_enqueued_time_ms: reply.last_enqueued_time_ms,
             is_empty: reply.is_empty,
             capture_next_sequence: SequenceNumber(reply.capture_next_sequence),
+        })
+    }
+
+    /// [`Service::fetch`] from any node: here when this node leads the partition, else on
+    /// its leader.
+    pub async fn fetch(
+        &self,
+        credential: &Credential,
+        mut request: FetchRequest,
+    ) -> Result<FetchBatch, Error> {
+        self.service
+            .check(credential, Scope::Hub(&request.hub), Rights::LISTEN)?;
+        let record = self.service.broker().hub(&request.hub)?;
+        let index = self
+            .service
+            .broker()
+            .partition_index(&record, &request.partition_id)?;
+        request.wait = request.wait.min(FETCH_WAIT_MAX);
+        let deadline = Instant::now() + FORWARD_PATIENCE;
+        let mut hop = Hop::Here;
+        loop {
+            let result = match hop {
+                Hop::Here => self.service.fetch(credential, request.clone()).await,
+                Hop::Node(node) => self.forward_fetch(node, credential, &request, index).await,
+            };
+            match result {
+                Err(err) => hop = self.next_hop(err, hop, deadline).await?,
+                Ok(batch) => return Ok(batch),
+            }
+        }
+    }
+
+    async fn forward_fetch(
+        &self,
+        node: NodeId,
+        credential: &Credential,
+        request: &FetchRequest,
+        index: u16,
+    ) -> Result<FetchBatch, Error> {
+        let mut client = self.forward_client(node)?;
+        let call = client.fetch(ForwardFetchRequest {
+            credential: credential_text(credential),
+            hub: request.hub.clone(),
+            partition: u32::from(index),
+            from_sequence: request.from_sequence,
+            max_events: u32::try_from(request.max_events).unwrap_or(u32::MAX),
+            max_bytes: request.max_bytes as u64,
+            wait_ms: u32::try_from(request.wait.as_millis()).unwrap_or(u32::MAX),
+        });
+        let reply = timed(node, call).await?;
+        let events = match reply.batch {
+            Some(batch) => batch_from_wire(batch)?.events,
+            None => Vec::new(),
+        };
+        Ok(FetchBatch {
+            events,
+            begin_sequence: reply.begin_sequence,
+            next_sequence: reply.next_sequence,
         })
     }
 
@@ -626,6 +687,37 @@ impl Forward for ForwardService {
             last_enqueued_time_ms: properties.last_enqueued_time_ms,
             is_empty: properties.is_empty,
             capture_next_sequence: properties.capture_next_sequence.0,
+        }))
+    }
+
+    async fn fetch(
+        &self,
+        request: Request<ForwardFetchRequest>,
+    ) -> Result<Response<ForwardFetchReply>, Status> {
+        let service = self.service()?;
+        let request = request.into_inner();
+        let batch = service
+            .fetch(
+                &credential_from_text(request.credential),
+                FetchRequest {
+                    hub: request.hub,
+                    partition_id: partition_text(request.partition),
+                    from_sequence: request.from_sequence,
+                    max_events: request.max_events as usize,
+                    max_bytes: usize::try_from(request.max_bytes).unwrap_or(usize::MAX),
+                    wait: Duration::from_millis(u64::from(request.wait_ms)).min(FETCH_WAIT_MAX),
+                },
+            )
+            .await?;
+        Ok(Response::new(ForwardFetchReply {
+            batch: Some(batch_to_wire(ReadBatch {
+                events: batch.events,
+                last_enqueued_sequence: SequenceNumber(-1),
+                last_enqueued_offset: Offset(-1),
+                last_enqueued_time_ms: 0,
+            })),
+            begin_sequence: batch.begin_sequence,
+            next_sequence: batch.next_sequence,
         }))
     }
 }

@@ -1,0 +1,369 @@
+//! Kafka clients, unchanged, producing to a three-node cluster's Kafka listeners: Debian's
+//! kcat (`-L` metadata, `-P` with keys) and confluent-kafka (librdkafka 2.16, from
+//! `scripts/python-test-deps`) with acks=all and every codec, logging in with SASL PLAIN as
+//! Event Hubs takes it. What they sent is read back through the gRPC API at the sequence
+//! numbers the Kafka clients were told.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{Value as Json, json};
+use tributary_client::{
+    Client, ConnectOptions, EventData, EventPosition, PropertyValue, ReceivedEvent, SendTarget,
+};
+use tributary_cluster_tests::kafka_tools::kcat;
+use tributary_cluster_tests::python_tools::python_deps;
+use tributary_cluster_tests::{LocalCluster, TestDir, eventually};
+use tributary_types::partition_for_key;
+
+const SCRIPT: &str = include_str!("kafka_clients.py");
+const ROOT_RULE: &str = "RootManageSharedAccessKey";
+const ROOT_KEY: &str = "a2Fma2EtcHJvZHVjZS10ZXN0LXJvb3Qta2V5LTAwMDE=";
+const HUB: &str = "orders";
+const PARTITIONS: u32 = 4;
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn connection_string(key: &str) -> String {
+    format!("Endpoint=sb://127.0.0.1/;SharedAccessKeyName={ROOT_RULE};SharedAccessKey={key}")
+}
+
+async fn start(
+    name: &str,
+) -> Option<(
+    TestDir,
+    LocalCluster,
+    Client,
+    std::path::PathBuf,
+    std::path::PathBuf,
+)> {
+    let kcat = kcat()?;
+    let venv = python_deps()?;
+    let dir = TestDir::new(name);
+    let cluster = LocalCluster::start_with_args(
+        dir.path(),
+        3,
+        &["--auth".to_owned(), "sas".to_owned()],
+        &[("TRIBUTARY_ROOT_KEY", ROOT_KEY)],
+    )
+    .await;
+    let root = Client::from_connection_string_with(
+        &connection_string(ROOT_KEY),
+        ConnectOptions {
+            endpoint: Some(cluster.nodes[0].endpoint()),
+            ..ConnectOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    eventually(
+        Duration::from_secs(60),
+        "the root rule in force",
+        async || {
+            root.create_event_hub(HUB, PARTITIONS, None)
+                .await
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
+    Some((dir, cluster, root, kcat, venv))
+}
+
+/// `kcat` with SASL PLAIN as Event Hubs takes it, against `port`.
+async fn run_kcat(
+    kcat: &Path,
+    port: u16,
+    args: &[&str],
+    input: Option<&str>,
+) -> std::process::Output {
+    use tokio::io::AsyncWriteExt;
+    let mut command = tokio::process::Command::new(kcat);
+    command
+        .args(["-b", &format!("127.0.0.1:{port}")])
+        .args([
+            "-X",
+            "security.protocol=SASL_PLAINTEXT",
+            "-X",
+            "sasl.mechanisms=PLAIN",
+        ])
+        .args(["-X", "sasl.username=$ConnectionString"])
+        .args([
+            "-X",
+            &format!("sasl.password={}", connection_string(ROOT_KEY)),
+        ])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = command.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    if let Some(input) = input {
+        stdin.write_all(input.as_bytes()).await.unwrap();
+    }
+    drop(stdin);
+    tokio::time::timeout(CLIENT_TIMEOUT, child.wait_with_output())
+        .await
+        .expect("kcat finishes")
+        .unwrap()
+}
+
+async fn run_python(venv: &Path, settings: Json) -> Json {
+    let output = tokio::time::timeout(
+        CLIENT_TIMEOUT,
+        tokio::process::Command::new(venv.join("bin/python"))
+            .args(["-c", SCRIPT, &settings.to_string()])
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the confluent-kafka script finishes")
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    stdout
+        .lines()
+        .find_map(|line| {
+            serde_json::from_str::<Json>(line)
+                .ok()?
+                .get("summary")
+                .cloned()
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "the confluent-kafka script printed no summary; stdout {stdout}; stderr {}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        })
+}
+
+async fn read_all(root: &Client, partition: u32) -> Vec<ReceivedEvent> {
+    let partition = partition.to_string();
+    let last = root
+        .get_partition_properties(HUB, &partition)
+        .await
+        .unwrap()
+        .last_enqueued_sequence_number;
+    let mut events = Vec::new();
+    if last < 0 {
+        return events;
+    }
+    let mut stream = root
+        .consumer()
+        .receive(HUB, "$Default", &partition, EventPosition::Earliest, 500)
+        .await
+        .unwrap();
+    while (events.len() as i64) <= last {
+        let batch = tokio::time::timeout(Duration::from_secs(30), stream.next())
+            .await
+            .expect("events within 30 s")
+            .expect("the stream goes on")
+            .unwrap();
+        events.extend(batch);
+    }
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kcat_and_confluent_kafka_produce_through_any_node() {
+    let Some((_dir, cluster, root, kcat, venv)) = start("kafka-produce").await else {
+        return;
+    };
+    let node = &cluster.nodes[1];
+    let port = node.kafka_addr().port();
+
+    // Metadata: the node is the one broker, and leads every partition as clients see it.
+    let listing = run_kcat(&kcat, port, &["-L", "-J"], None).await;
+    assert!(listing.status.success(), "{listing:?}");
+    let metadata: Json = serde_json::from_slice(&listing.stdout).unwrap();
+    assert_eq!(
+        metadata["brokers"],
+        json!([{"id": 2, "name": format!("127.0.0.1:{port}")}]),
+        "{metadata}"
+    );
+    let topic = metadata["topics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["topic"] == json!(HUB))
+        .unwrap_or_else(|| panic!("{metadata}"));
+    assert_eq!(
+        topic["partitions"].as_array().unwrap().len(),
+        PARTITIONS as usize
+    );
+    assert!(
+        topic["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["leader"] == json!(2))
+    );
+
+    // kcat -P with keys, to partition 2: read back through gRPC, keys as partition keys.
+    let produced = run_kcat(
+        &kcat,
+        port,
+        &["-P", "-t", HUB, "-p", "2", "-K", ":"],
+        Some("k1:first\nk2:second\n"),
+    )
+    .await;
+    assert!(produced.status.success(), "{produced:?}");
+    let events = read_all(&root, 2).await;
+    let seen: Vec<(Option<&str>, &[u8])> = events
+        .iter()
+        .map(|e| (e.partition_key.as_deref(), &e.body[..]))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![(Some("k1"), &b"first"[..]), (Some("k2"), &b"second"[..])]
+    );
+
+    // confluent-kafka, acks=all, every codec: each delivery's offset is the event's sequence
+    // number, with its key, value and headers.
+    let codecs = ["none", "gzip", "snappy", "lz4", "zstd"];
+    let summary = run_python(
+        &venv,
+        json!({
+            "scenario": "produce",
+            "kafka_port": cluster.nodes[0].kafka_addr().port(),
+            "connection_string": connection_string(ROOT_KEY),
+            "topic": HUB,
+            "partitions": PARTITIONS,
+            "count": 40,
+            "codecs": codecs,
+        }),
+    )
+    .await;
+    assert_eq!(summary["errors"], json!([]), "{summary}");
+    let delivered = summary["delivered"].as_array().unwrap();
+    assert_eq!(delivered.len(), 40 * codecs.len(), "{summary}");
+    let mut by_partition: BTreeMap<u32, Vec<ReceivedEvent>> = BTreeMap::new();
+    for p in 0..PARTITIONS {
+        by_partition.insert(p, read_all(&root, p).await);
+    }
+    for delivery in delivered {
+        assert_eq!(delivery["error"], Json::Null, "{delivery}");
+        let partition = u32::try_from(delivery["partition"].as_u64().unwrap()).unwrap();
+        let offset = delivery["offset"].as_i64().unwrap();
+        let event = by_partition[&partition]
+            .iter()
+            .find(|e| e.sequence_number == offset)
+            .unwrap_or_else(|| panic!("no event at sequence number {offset}: {delivery}"));
+        let key = delivery["key"].as_str().unwrap();
+        assert_eq!(event.partition_key.as_deref(), Some(key), "{delivery}");
+        let index = key.rsplit('-').next().unwrap();
+        let codec = delivery["codec"].as_str().unwrap();
+        assert_eq!(&event.body[..], format!("{codec}/value-{index}").as_bytes());
+        assert_eq!(
+            event.properties.get("index"),
+            Some(&PropertyValue::Bytes(index.as_bytes().to_vec().into())),
+            "{delivery}"
+        );
+    }
+    // Each partition's records in the order produced, nothing else stored.
+    let stored: usize = by_partition.values().map(Vec::len).sum();
+    assert_eq!(stored, 2 + 40 * codecs.len());
+
+    // kcat -C (Fetch, ListOffsets) reads partition 2 back through a node that leads none
+    // or some of it: keys, values and offsets as produced.
+    let consumed = run_kcat(
+        &kcat,
+        cluster.nodes[2].kafka_addr().port(),
+        &[
+            "-C",
+            "-t",
+            HUB,
+            "-p",
+            "2",
+            "-o",
+            "beginning",
+            "-e",
+            "-f",
+            "%k=%s@%o\n",
+        ],
+        None,
+    )
+    .await;
+    assert!(consumed.status.success(), "{consumed:?}");
+    let lines: Vec<String> = String::from_utf8_lossy(&consumed.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(lines.len(), by_partition[&2].len(), "{lines:?}");
+    assert_eq!(lines[0], "k1=first@0");
+    assert_eq!(lines[1], "k2=second@1");
+    for (line, event) in lines.iter().zip(&by_partition[&2]) {
+        let expected = format!(
+            "{}={}@{}",
+            event.partition_key.as_deref().unwrap_or(""),
+            String::from_utf8_lossy(&event.body),
+            event.sequence_number
+        );
+        assert_eq!(line, &expected);
+    }
+
+    // An event sent with a partition key over gRPC shows that key, and its properties as
+    // headers, to a Kafka consumer.
+    let partition = u32::from(partition_for_key("grpc-key", PARTITIONS as u16));
+    root.producer()
+        .send(
+            HUB,
+            SendTarget::PartitionKey("grpc-key".into()),
+            [EventData::from_body("from-grpc").with_property("origin", "grpc")],
+        )
+        .await
+        .unwrap();
+    let consumed = run_kcat(
+        &kcat,
+        port,
+        &[
+            "-C",
+            "-t",
+            HUB,
+            "-p",
+            &partition.to_string(),
+            "-o",
+            "-1",
+            "-e",
+            "-f",
+            "%k=%s;%h@%o\n",
+        ],
+        None,
+    )
+    .await;
+    assert!(consumed.status.success(), "{consumed:?}");
+    let last = by_partition[&partition].len();
+    assert_eq!(
+        String::from_utf8_lossy(&consumed.stdout).trim(),
+        format!("grpc-key=from-grpc;origin=grpc@{last}")
+    );
+
+    // A wrong key: the login is refused, nothing is stored, and the node goes on serving.
+    let summary = run_python(
+        &venv,
+        json!({
+            "scenario": "wrong_password",
+            "kafka_port": port,
+            "connection_string": connection_string(ROOT_KEY),
+            "wrong_connection_string": connection_string("d3Jvbmcta2V5LXdyb25nLWtleS13cm9uZy1rZXktMDE="),
+            "topic": HUB,
+        }),
+    )
+    .await;
+    let errors = summary["errors"].as_array().unwrap();
+    assert!(
+        errors.iter().any(|e| e["code"] == json!("_AUTHENTICATION")),
+        "{summary}"
+    );
+    assert_ne!(summary["delivered"], json!([Json::Null]), "{summary}");
+    let after: usize = {
+        let mut n = 0;
+        for p in 0..PARTITIONS {
+            n += read_all(&root, p).await.len();
+        }
+        n
+    };
+    assert_eq!(after, stored + 1, "nothing stored by the refused producer");
+    let again = run_kcat(&kcat, port, &["-L", "-J"], None).await;
+    assert!(again.status.success(), "{again:?}");
+}

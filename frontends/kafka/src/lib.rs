@@ -1,0 +1,44 @@
+//! The Kafka protocol front end: Kafka clients (librdkafka and kcat, kafka-python, aiokafka)
+//! produce to event hubs unchanged. Topic = event hub, partition = partition, Kafka offset =
+//! sequence number; a record's key is the event's partition key, its value the body, its
+//! headers the properties.
+//!
+//! Served so far: ApiVersions, SASL PLAIN (`$ConnectionString` and a connection string, or
+//! a rule's name and key), Metadata (this node as the one broker; sends and fetches are
+//! forwarded to each partition's leader), Produce (acks 0, 1 and all, every codec), Fetch
+//! (long polls, at least one event per partition) and ListOffsets (earliest and latest).
+//! ListOffsets by time, the idempotent producer and consumer groups are not served yet: a
+//! request for an API this server does not list in ApiVersions closes the connection.
+//!
+//! Known gap: kafka-protocol's decoder allocates an array's declared length before reading
+//! it (`Vec::with_capacity` of a length taken from the request), so a malformed request
+//! declaring billions of elements aborts the process on a failed allocation. Until request
+//! bodies are checked before decoding, the node's Kafka listeners are off unless asked for
+//! (`--kafka-addr`), for trusted clients.
+
+pub mod apis;
+pub mod connection;
+mod fetch;
+pub mod frame;
+mod handlers;
+pub mod listener;
+mod records;
+pub mod sasl;
+
+use std::sync::Arc;
+
+use tributary_forward::AnyNode;
+use tributary_types::Clock;
+
+/// What every connection of a node's Kafka listeners shares.
+pub struct KafkaContext {
+    pub node: AnyNode,
+    /// The node id clients see as the broker's.
+    pub node_id: i32,
+    /// The address clients are told to connect to (`--advertise-kafka-addr`, else the
+    /// listener's): host and port.
+    pub advertised: (String, u16),
+    /// The largest request frame read.
+    pub request_bytes_max: usize,
+    pub clock: Arc<dyn Clock>,
+}

@@ -1,0 +1,164 @@
+//! Kafka records as events: the key is the event's partition key (UTF-8; other bytes are
+//! kept in the `x-opt-kafka-key` property), the value its body, headers its properties
+//! (bytes).
+
+use bytes::Bytes;
+use kafka_protocol::records::{Record, RecordBatchDecoder};
+use tributary_broker::service::{EventRecord, Property};
+
+/// The property a key that is not UTF-8 travels in.
+pub const KAFKA_KEY_PROPERTY: &str = "x-opt-kafka-key";
+
+/// A produce request's records for one partition, refused as a whole when malformed or
+/// from an idempotent or transactional producer (not served yet).
+#[derive(Debug, PartialEq, Eq)]
+pub enum RecordsError {
+    Corrupt(String),
+    Idempotent,
+    Transactional,
+}
+
+/// Decodes a partition's record batches (any codec: none, gzip, snappy, lz4, zstd).
+pub fn decode(records: &Bytes) -> Result<Vec<Record>, RecordsError> {
+    let mut buf = records.clone();
+    let sets = RecordBatchDecoder::decode_all(&mut buf)
+        .map_err(|err| RecordsError::Corrupt(err.to_string()))?;
+    let mut out = Vec::new();
+    for set in sets {
+        for record in set.records {
+            if record.transactional {
+                return Err(RecordsError::Transactional);
+            }
+            if record.producer_id >= 0 {
+                return Err(RecordsError::Idempotent);
+            }
+            if !record.control {
+                out.push(record);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A record as the event stored.
+pub fn event(record: Record) -> EventRecord {
+    let mut properties: Vec<(String, Property)> = record
+        .headers
+        .into_iter()
+        .map(|(name, value)| (name.to_string(), Property::Bytes(value.unwrap_or_default())))
+        .collect();
+    let partition_key = match record.key {
+        None => None,
+        Some(key) => match std::str::from_utf8(&key) {
+            Ok(text) => Some(text.to_owned()),
+            Err(_) => {
+                properties.push((KAFKA_KEY_PROPERTY.to_owned(), Property::Bytes(key)));
+                None
+            }
+        },
+    };
+    EventRecord {
+        partition_key,
+        properties,
+        body: record.value.unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BytesMut;
+    use kafka_protocol::indexmap::IndexMap;
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::records::{
+        Compression, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+
+    fn record(key: Option<&[u8]>, value: &[u8], producer_id: i64) -> Record {
+        let mut headers = IndexMap::new();
+        headers.insert(
+            StrBytes::from_static_str("h"),
+            Some(Bytes::from_static(b"v")),
+        );
+        Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: 0,
+            sequence: -1,
+            timestamp: 1_700_000_000_000,
+            key: key.map(Bytes::copy_from_slice),
+            value: Some(Bytes::copy_from_slice(value)),
+            headers,
+        }
+    }
+
+    fn batch(records: &[Record], compression: Compression) -> Bytes {
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            records.iter(),
+            &RecordEncodeOptions {
+                version: 2,
+                compression,
+            },
+        )
+        .unwrap();
+        buf.freeze()
+    }
+
+    #[test]
+    fn records_of_every_codec_become_events() {
+        for compression in [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            let bytes = batch(
+                &[
+                    record(Some(b"customer-7"), b"one", -1),
+                    record(None, b"two", -1),
+                ],
+                compression,
+            );
+            let events: Vec<EventRecord> = decode(&bytes).unwrap().into_iter().map(event).collect();
+            assert_eq!(events.len(), 2, "{compression:?}");
+            assert_eq!(events[0].partition_key.as_deref(), Some("customer-7"));
+            assert_eq!(&events[0].body[..], b"one");
+            assert_eq!(
+                events[0].properties,
+                vec![("h".to_string(), Property::Bytes(Bytes::from_static(b"v")))]
+            );
+            assert_eq!(events[1].partition_key, None);
+        }
+        let binary = event(record(Some(&[0xff, 0x00]), b"x", -1));
+        assert_eq!(binary.partition_key, None);
+        assert_eq!(
+            binary.properties.last().unwrap(),
+            &(
+                KAFKA_KEY_PROPERTY.to_string(),
+                Property::Bytes(Bytes::from_static(&[0xff, 0x00]))
+            )
+        );
+    }
+
+    #[test]
+    fn corrupt_and_idempotent_batches_are_refused() {
+        let good = batch(&[record(None, b"one", -1)], Compression::None);
+        let mut corrupt = BytesMut::from(&good[..]);
+        let last = corrupt.len() - 1;
+        corrupt[last] ^= 0xff;
+        assert!(matches!(
+            decode(&corrupt.freeze()),
+            Err(RecordsError::Corrupt(_))
+        ));
+        let idempotent = batch(&[record(None, b"one", 7)], Compression::None);
+        assert_eq!(decode(&idempotent), Err(RecordsError::Idempotent));
+    }
+}
