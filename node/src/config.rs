@@ -52,7 +52,7 @@ pub struct ServeArgs {
     /// Address for the Kafka protocol in plain text (Kafka clients: librdkafka, kcat,
     /// kafka-python, aiokafka), or `none` to turn it off. Off unless given: the front end
     /// is not complete yet (no consumer groups or idempotent producer), and a malformed
-    /// request can still exhaust the node's memory in decoding, so expose it only to
+    /// record batch can still exhaust the node's memory in decoding, so expose it only to
     /// trusted clients (the usual port is 9092).
     /// [env: TRIBUTARY_KAFKA_ADDR] [default: none]
     #[arg(long, value_name = "HOST:PORT|none")]

@@ -13,7 +13,7 @@ use tokio::io::{AsyncRead, AsyncWrite, BufReader, BufWriter};
 use tributary_broker::auth::Credential;
 
 use crate::frame::{read_frame, write_frame};
-use crate::{KafkaContext, apis, fetch, handlers, sasl};
+use crate::{KafkaContext, apis, fetch, guard, handlers, sasl};
 
 /// The one SASL mechanism served.
 const PLAIN: &str = "PLAIN";
@@ -164,6 +164,9 @@ pub async fn answer(
             "{api:?} before a SASL login: log in with SASL PLAIN first"
         )));
     }
+    // kafka-protocol reserves arrays' declared lengths: bodies are walked first.
+    guard::check(api, version, &frame)
+        .map_err(|err| Closed(format!("a malformed {api:?} v{version} request: {}", err.0)))?;
     let request = RequestKind::decode(api, &mut frame, version)
         .map_err(|err| Closed(format!("a malformed {api:?} v{version} request: {err}")))?;
     let response = match request {

@@ -3,7 +3,7 @@
 //! (bytes).
 
 use bytes::Bytes;
-use kafka_protocol::records::{Record, RecordBatchDecoder};
+use kafka_protocol::records::{Compression, Record, RecordBatchDecoder};
 use tributary_broker::service::{EventRecord, Property};
 
 /// The property a key that is not UTF-8 travels in.
@@ -18,8 +18,30 @@ pub enum RecordsError {
     Transactional,
 }
 
+/// Records one batch may declare (kafka-protocol reserves the declared count up front).
+const RECORDS_PER_BATCH_MAX: i32 = 200_000;
+
 /// Decodes a partition's record batches (any codec: none, gzip, snappy, lz4, zstd).
 pub fn decode(records: &Bytes) -> Result<Vec<Record>, RecordsError> {
+    // Each batch's declared record count, checked before the decoder reserves room for it:
+    // an uncompressed record takes at least a byte, and no batch may declare more than
+    // RECORDS_PER_BATCH_MAX.
+    let infos = RecordBatchDecoder::decode_batch_info(&mut records.clone())
+        .map_err(|err| RecordsError::Corrupt(err.to_string()))?;
+    for info in &infos {
+        let bound = match info.compression {
+            Compression::None => {
+                RECORDS_PER_BATCH_MAX.min(i32::try_from(records.len()).unwrap_or(i32::MAX))
+            }
+            _ => RECORDS_PER_BATCH_MAX,
+        };
+        if info.record_count > bound {
+            return Err(RecordsError::Corrupt(format!(
+                "a batch declaring {} records (at most {bound} here)",
+                info.record_count
+            )));
+        }
+    }
     let mut buf = records.clone();
     let sets = RecordBatchDecoder::decode_all(&mut buf)
         .map_err(|err| RecordsError::Corrupt(err.to_string()))?;
@@ -70,9 +92,7 @@ mod tests {
     use bytes::BytesMut;
     use kafka_protocol::indexmap::IndexMap;
     use kafka_protocol::protocol::StrBytes;
-    use kafka_protocol::records::{
-        Compression, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
+    use kafka_protocol::records::{RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 
     fn record(key: Option<&[u8]>, value: &[u8], producer_id: i64) -> Record {
         let mut headers = IndexMap::new();
@@ -160,5 +180,16 @@ mod tests {
         ));
         let idempotent = batch(&[record(None, b"one", 7)], Compression::None);
         assert_eq!(decode(&idempotent), Err(RecordsError::Idempotent));
+        // A batch declaring more records than it could hold, with a valid CRC (the count sits
+        // at bytes 57..61 of a v2 batch; the CRC-32C at 17..21 covers bytes 21 on).
+        let mut huge = BytesMut::from(&good[..]);
+        huge[57..61].copy_from_slice(&i32::MAX.to_be_bytes());
+        let crc = crc32c::crc32c(&huge[21..]);
+        huge[17..21].copy_from_slice(&crc.to_be_bytes());
+        let err = decode(&huge.freeze()).unwrap_err();
+        assert!(
+            matches!(&err, RecordsError::Corrupt(why) if why.contains("2147483647")),
+            "{err:?}"
+        );
     }
 }

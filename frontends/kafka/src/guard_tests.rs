@@ -1,0 +1,217 @@
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::api_versions_request::ApiVersionsRequest;
+use kafka_protocol::messages::fetch_request::{
+    FetchPartition, FetchRequest, FetchTopic, ForgottenTopic,
+};
+use kafka_protocol::messages::list_offsets_request::{
+    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
+};
+use kafka_protocol::messages::metadata_request::{MetadataRequest, MetadataRequestTopic};
+use kafka_protocol::messages::produce_request::{
+    PartitionProduceData, ProduceRequest, TopicProduceData,
+};
+use kafka_protocol::messages::sasl_authenticate_request::SaslAuthenticateRequest;
+use kafka_protocol::messages::sasl_handshake_request::SaslHandshakeRequest;
+use kafka_protocol::messages::{ApiKey, RequestKind, TopicName};
+use kafka_protocol::protocol::{Encodable, StrBytes};
+use proptest::prelude::*;
+
+use super::*;
+use crate::apis;
+
+fn name(text: &str) -> TopicName {
+    TopicName(StrBytes::from_string(text.to_owned()))
+}
+
+/// A request of every served API, with `topics` topics of `partitions` partitions where it
+/// has them.
+fn request(api: ApiKey, version: i16, topics: usize, partitions: usize) -> RequestKind {
+    match api {
+        ApiKey::Produce => {
+            let mut r = ProduceRequest::default();
+            r.acks = -1;
+            r.timeout_ms = 30_000;
+            r.topic_data = (0..topics)
+                .map(|t| {
+                    let mut topic = TopicProduceData::default();
+                    topic.name = name(&format!("hub-{t}"));
+                    topic.partition_data = (0..partitions)
+                        .map(|p| {
+                            let mut data = PartitionProduceData::default();
+                            data.index = p as i32;
+                            data.records = Some(Bytes::from(vec![7u8; p + 1]));
+                            data
+                        })
+                        .collect();
+                    topic
+                })
+                .collect();
+            RequestKind::Produce(r)
+        }
+        ApiKey::Fetch => {
+            let mut r = FetchRequest::default();
+            r.max_wait_ms = 500;
+            r.max_bytes = 52_428_800;
+            r.topics = (0..topics)
+                .map(|t| {
+                    let mut topic = FetchTopic::default();
+                    topic.topic = name(&format!("hub-{t}"));
+                    topic.partitions = (0..partitions)
+                        .map(|p| {
+                            let mut part = FetchPartition::default();
+                            part.partition = p as i32;
+                            part.fetch_offset = 12;
+                            part.partition_max_bytes = 1 << 20;
+                            part
+                        })
+                        .collect();
+                    topic
+                })
+                .collect();
+            if version >= 7 {
+                let mut forgotten = ForgottenTopic::default();
+                forgotten.topic = name("gone");
+                forgotten.partitions = vec![1, 2];
+                r.forgotten_topics_data = vec![forgotten];
+            }
+            if version >= 11 {
+                r.rack_id = StrBytes::from_static_str("rack-a");
+            }
+            RequestKind::Fetch(r)
+        }
+        ApiKey::ListOffsets => {
+            let mut r = ListOffsetsRequest::default();
+            r.topics = (0..topics)
+                .map(|t| {
+                    let mut topic = ListOffsetsTopic::default();
+                    topic.name = name(&format!("hub-{t}"));
+                    topic.partitions = (0..partitions)
+                        .map(|p| {
+                            let mut part = ListOffsetsPartition::default();
+                            part.partition_index = p as i32;
+                            part.timestamp = -2;
+                            part
+                        })
+                        .collect();
+                    topic
+                })
+                .collect();
+            RequestKind::ListOffsets(r)
+        }
+        ApiKey::Metadata => {
+            let mut r = MetadataRequest::default();
+            r.topics = Some(
+                (0..topics)
+                    .map(|t| {
+                        let mut topic = MetadataRequestTopic::default();
+                        topic.name = Some(name(&format!("hub-{t}")));
+                        topic
+                    })
+                    .collect(),
+            );
+            RequestKind::Metadata(r)
+        }
+        ApiKey::ApiVersions => {
+            let mut r = ApiVersionsRequest::default();
+            if version >= 3 {
+                r.client_software_name = StrBytes::from_static_str("librdkafka");
+                r.client_software_version = StrBytes::from_static_str("2.16.0");
+            }
+            RequestKind::ApiVersions(r)
+        }
+        ApiKey::SaslHandshake => {
+            let mut r = SaslHandshakeRequest::default();
+            r.mechanism = StrBytes::from_static_str("PLAIN");
+            RequestKind::SaslHandshake(r)
+        }
+        ApiKey::SaslAuthenticate => {
+            let mut r = SaslAuthenticateRequest::default();
+            r.auth_bytes = Bytes::from_static(b"\0user\0password");
+            RequestKind::SaslAuthenticate(r)
+        }
+        other => panic!("{other:?} is not served"),
+    }
+}
+
+fn encoded(api: ApiKey, version: i16, topics: usize, partitions: usize) -> Bytes {
+    let mut out = BytesMut::new();
+    request(api, version, topics, partitions)
+        .encode(&mut out, version)
+        .unwrap();
+    out.freeze()
+}
+
+#[test]
+fn every_served_request_walks_to_its_end() {
+    for (api, min, max) in apis::SUPPORTED {
+        for version in *min..=*max {
+            for (topics, partitions) in [(0, 0), (1, 1), (3, 5)] {
+                let body = encoded(*api, version, topics, partitions);
+                assert_eq!(
+                    check(*api, version, &body),
+                    Ok(0),
+                    "{api:?} v{version} with {topics} topics of {partitions} partitions"
+                );
+            }
+        }
+    }
+    let metadata_all = {
+        let mut out = BytesMut::new();
+        MetadataRequest::default().encode(&mut out, 12).unwrap();
+        out.freeze()
+    };
+    assert_eq!(check(ApiKey::Metadata, 12, &metadata_all), Ok(0));
+}
+
+#[test]
+fn an_array_longer_than_its_request_is_refused() {
+    // Metadata v1: an array of topics declaring i32::MAX elements in 4 bytes.
+    let body = i32::MAX.to_be_bytes();
+    let err = check(ApiKey::Metadata, 1, &body).unwrap_err();
+    assert!(err.0.contains("2147483647 elements"), "{err:?}");
+    // Flexible: a compact array declaring 2^32 elements.
+    let body = [0xff, 0xff, 0xff, 0xff, 0x0f];
+    assert!(check(ApiKey::Metadata, 12, &body).is_err());
+    // A truncated request.
+    let body = encoded(ApiKey::Produce, 9, 2, 2);
+    assert!(check(ApiKey::Produce, 9, &body[..body.len() - 3]).is_err());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    /// Whatever the body, a request the walk accepts decodes (or fails) without an
+    /// unbounded allocation; the server closes the connection on either refusal.
+    #[test]
+    fn accepted_bodies_decode_without_unbounded_allocation(
+        api in prop::sample::select(apis::SUPPORTED.to_vec()),
+        version_pick in 0i16..16,
+        body in prop::collection::vec(any::<u8>(), 0..512),
+    ) {
+        let (key, min, max) = api;
+        let version = min + version_pick % (max - min + 1);
+        if check(key, version, &body).is_ok() {
+            let _ = RequestKind::decode(key, &mut Bytes::from(body), version);
+        }
+    }
+
+    /// A valid request with a byte changed: the walk refuses it or the decoder copes.
+    #[test]
+    fn corrupted_requests_are_refused_or_decoded(
+        api in prop::sample::select(apis::SUPPORTED.to_vec()),
+        version_pick in 0i16..16,
+        at in any::<prop::sample::Index>(),
+        value in any::<u8>(),
+    ) {
+        let (key, min, max) = api;
+        let version = min + version_pick % (max - min + 1);
+        let mut body = encoded(key, version, 2, 3).to_vec();
+        if !body.is_empty() {
+            let i = at.index(body.len());
+            body[i] = value;
+        }
+        if check(key, version, &body).is_ok() {
+            let _ = RequestKind::decode(key, &mut Bytes::from(body), version);
+        }
+    }
+}
