@@ -70,7 +70,7 @@ pub struct BlobEndpoint {
 /// A successful answer: status, headers, body.
 struct Answer {
     status: StatusCode,
-    headers: Vec<(&'static str, String)>,
+    headers: Vec<(String, String)>,
     body: Option<(String, &'static str)>,
 }
 
@@ -83,8 +83,8 @@ impl Answer {
         }
     }
 
-    fn header(mut self, name: &'static str, value: impl Into<String>) -> Answer {
-        self.headers.push((name, value.into()));
+    fn header(mut self, name: &str, value: impl Into<String>) -> Answer {
+        self.headers.push((name.to_string(), value.into()));
         self
     }
 }
@@ -275,9 +275,7 @@ impl BlobEndpoint {
             .header("x-ms-server-encrypted", "false")
             .header("accept-ranges", "bytes");
         for (key, value) in &blob.metadata {
-            answer
-                .headers
-                .push(("x-ms-meta-", format!("{key}\n{value}")));
+            answer = answer.header(&format!("x-ms-meta-{key}"), value.clone());
         }
         Ok(answer)
     }
@@ -434,14 +432,6 @@ fn answer_response(answer: Answer, head: bool) -> Response<Full<Bytes>> {
     *response.status_mut() = answer.status;
     let headers = response.headers_mut();
     for (name, value) in answer.headers {
-        // Metadata headers carry their key with the value: `x-ms-meta-` + key.
-        let (name, value) = match name {
-            "x-ms-meta-" => {
-                let (key, value) = value.split_once('\n').unwrap_or((&value, ""));
-                (format!("x-ms-meta-{key}"), value.to_string())
-            }
-            name => (name.to_string(), value),
-        };
         if let (Ok(name), Ok(value)) = (
             HeaderName::from_bytes(name.as_bytes()),
             HeaderValue::from_str(&value),

@@ -138,25 +138,13 @@ impl Walk<'_> {
     }
 }
 
-/// The first version of `api` whose requests are flexible (compact lengths, tagged fields).
-fn first_flexible(api: ApiKey) -> i16 {
-    match api {
-        ApiKey::Produce => 9,
-        ApiKey::Fetch => 12,
-        ApiKey::ListOffsets => 6,
-        ApiKey::Metadata => 9,
-        ApiKey::ApiVersions => 3,
-        ApiKey::SaslAuthenticate => 2,
-        _ => i16::MAX,
-    }
-}
-
 /// Checks a body of `api` at `version` (one this server serves); returns how many bytes
 /// follow the fields walked (none, in a well-formed request).
 pub fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<usize, Malformed> {
     let mut w = Walk {
         buf: body,
-        flexible: version >= first_flexible(api),
+        // Flexible versions (compact lengths, tagged fields) are those with header v2.
+        flexible: api.request_header_version(version) >= 2,
     };
     let v = version;
     match api {
