@@ -19,6 +19,7 @@
 
 mod blob;
 mod diagnostics;
+mod endpoints;
 mod fetch;
 mod manage;
 mod read;
@@ -37,6 +38,7 @@ use crate::readers::Readers;
 
 pub use blob::{BLOB_METADATA_BYTES_MAX, BlobCondition, BlobKind, BlobPut, BlobView, BlobWrite};
 pub use diagnostics::{REPLICA_EVENTS_PAGE_DEFAULT, REPLICA_EVENTS_PAGE_MAX, ReplicaEvents};
+pub use endpoints::Endpoints;
 pub use fetch::{FetchBatch, FetchRequest};
 pub use manage::{
     CaptureRequest, HubSettingsRequest, HubUpdateRequest, NewHubRequest, PlannedMove, RebalancePlan,
@@ -47,7 +49,7 @@ pub use send::{SendReply, SendRequest};
 pub use store::{Checkpoint, CheckpointUpdate, Claim, ClaimRequest, Ownership};
 
 // The domain types the calls take and return.
-pub use crate::broker::Target;
+pub use crate::broker::{KafkaAddrs, Target};
 pub use crate::partition::ReadEvent;
 pub use crate::partition::codec::{AMQP_EXTRAS_PROPERTY, EventRecord, Property};
 pub use crate::partition::position::Position;
