@@ -13,7 +13,7 @@ use tokio::io::{AsyncRead, AsyncWrite, BufReader, BufWriter};
 use tributary_broker::auth::Credential;
 
 use crate::frame::{read_frame, write_frame};
-use crate::{KafkaContext, apis, fetch, guard, handlers, sasl};
+use crate::{KafkaContext, admin, apis, fetch, guard, handlers, sasl};
 
 /// The one SASL mechanism served.
 const PLAIN: &str = "PLAIN";
@@ -224,6 +224,12 @@ pub async fn answer(
         RequestKind::Produce(request) => handlers::produce(context, &session.credential, request)
             .await
             .map(ResponseKind::Produce),
+        RequestKind::DescribeConfigs(request) => Some(ResponseKind::DescribeConfigs(
+            admin::describe_configs(context, &session.credential, request),
+        )),
+        RequestKind::CreateTopics(request) => Some(ResponseKind::CreateTopics(
+            admin::create_topics(context.node.service(), &session.credential, request).await,
+        )),
         other => {
             return Err(Closed(format!(
                 "{:?} is not served",
