@@ -1,7 +1,8 @@
 //! Fuzzing a running node: every gRPC method of every service on the client and peer ports
 //! gets request bodies that are random bytes, random protobuf (fields of every wire type
 //! with plausible values: the node's own names, numbers at the edges, nested messages) and
-//! truncations of those; every port (client, peer, HTTP) gets raw garbage, truncated HTTP/2
+//! truncations of those; the Kafka port gets logged-in requests of every served API with
+//! random bodies; every port (client, peer, HTTP, AMQP, Blob, Kafka) gets raw garbage, truncated HTTP/2
 //! and idle connections. The node must answer each call with a status (never a crash: no
 //! panic in its log, the process alive) and afterwards still serve: a hub created and read
 //! back, `/healthz` answering.
@@ -263,6 +264,79 @@ async fn garbage_to_port(rng: &mut StdRng, port: u16) {
     .await;
 }
 
+/// One Kafka request frame: length, header (API key, version, correlation id, client id;
+/// the tagged-field byte of flexible headers when `flexible`), body.
+fn kafka_frame(api: i16, version: i16, flexible: bool, body: &[u8]) -> Vec<u8> {
+    let mut frame = Vec::new();
+    frame.extend_from_slice(&api.to_be_bytes());
+    frame.extend_from_slice(&version.to_be_bytes());
+    frame.extend_from_slice(&7i32.to_be_bytes());
+    frame.extend_from_slice(&4i16.to_be_bytes());
+    frame.extend_from_slice(b"fuzz");
+    if flexible {
+        frame.push(0);
+    }
+    frame.extend_from_slice(body);
+    let mut out = (frame.len() as i32).to_be_bytes().to_vec();
+    out.extend(frame);
+    out
+}
+
+/// Reads one Kafka response frame (or gives up after a moment).
+async fn kafka_answer(stream: &mut TcpStream) -> Option<Vec<u8>> {
+    tokio::time::timeout(Duration::from_secs(5), async {
+        let mut len = [0u8; 4];
+        stream.read_exact(&mut len).await.ok()?;
+        let mut body = vec![0u8; usize::try_from(i32::from_be_bytes(len)).ok()?.min(1 << 24)];
+        stream.read_exact(&mut body).await.ok()?;
+        Some(body)
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// Kafka requests with random bodies, after logging in (SASL PLAIN with the root
+/// connection string) so they reach every served API's decoder: the connection may be
+/// closed, the node must go on.
+async fn garbage_to_kafka(rng: &mut StdRng, port: u16, connection_string: &str) {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)).await else {
+        return;
+    };
+    // SaslHandshake v1 (PLAIN), then SaslAuthenticate v0 with `\0user\0password`.
+    let _ = stream
+        .write_all(&kafka_frame(17, 1, false, b"\x00\x05PLAIN"))
+        .await;
+    if kafka_answer(&mut stream).await.is_none() {
+        return;
+    }
+    let login = format!("\0$ConnectionString\0{connection_string}");
+    let mut body = (login.len() as i32).to_be_bytes().to_vec();
+    body.extend_from_slice(login.as_bytes());
+    let _ = stream.write_all(&kafka_frame(36, 0, false, &body)).await;
+    let Some(answer) = kafka_answer(&mut stream).await else {
+        return;
+    };
+    // Correlation id, then the error code: the fuzzed requests must get past the login.
+    assert_eq!(
+        answer.get(4..6),
+        Some(&[0u8, 0][..]),
+        "the fuzzer's Kafka login was refused"
+    );
+    // Produce, Fetch, ListOffsets, Metadata, the group APIs, ApiVersions, InitProducerId,
+    // DescribeConfigs, CreateTopics (and a few not served), at versions in and out of range.
+    const APIS: [i16; 17] = [0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 22, 32];
+    for _ in 0..rng.random_range(1..8) {
+        let api = APIS[rng.random_range(0..APIS.len())];
+        let version = rng.random_range(0..14);
+        let body = random_bytes(rng, 2048);
+        let frame = kafka_frame(api, version, rng.random_bool(0.5), &body);
+        if stream.write_all(&frame).await.is_err() || kafka_answer(&mut stream).await.is_none() {
+            return;
+        }
+    }
+}
+
 /// The node serves normally: a hub is created, events sent are read back, `/healthz`
 /// answers.
 async fn assert_serves(node: &NodeProcess, client: &Client, hub: &str) {
@@ -351,7 +425,15 @@ async fn garbage_on_every_port_and_method_never_stops_the_node() {
     let peer_channel = Channel::from_shared(format!("http://127.0.0.1:{peer_port}"))
         .unwrap()
         .connect_lazy();
-    let ports = [ports.client, ports.peer, ports.http];
+    let kafka_port = ports.kafka;
+    let ports = [
+        ports.client,
+        ports.peer,
+        ports.http,
+        ports.amqp,
+        ports.blob,
+        ports.kafka,
+    ];
 
     let mut rng = StdRng::seed_from_u64(seed);
     let started = Instant::now();
@@ -362,6 +444,11 @@ async fn garbage_on_every_port_and_method_never_stops_the_node() {
         if rng.random_ratio(1, 10) {
             let port = ports[rng.random_range(0..ports.len())];
             garbage_to_port(&mut rng, port).await;
+            raw += 1;
+            continue;
+        }
+        if rng.random_ratio(1, 10) {
+            garbage_to_kafka(&mut rng, kafka_port, &root).await;
             raw += 1;
             continue;
         }
