@@ -21,6 +21,7 @@ mod blob;
 mod diagnostics;
 mod fetch;
 mod manage;
+mod producer_ids;
 mod read;
 mod rules;
 mod send;
@@ -55,8 +56,9 @@ pub use crate::readers::ConnectedReader;
 pub use crate::status::{
     ClusterStatus, NodeStatus, PartitionStatus, ReplicaMoveStatus, ReplicaStatus,
 };
+pub use producer_ids::{KafkaProducer, ProducerIds};
 pub use tributary_controller::state::{CaptureSettings, CleanupPolicy, HubRecord};
-pub use tributary_raft::ProducerStamp;
+pub use tributary_raft::{KafkaProducerStamp, Producer, ProducerStamp};
 pub use tributary_types::{AuthorizationRule, Rights};
 
 /// The broker's API; cheap to clone.
@@ -67,6 +69,8 @@ pub struct Service {
     store: Arc<dyn CheckpointStore>,
     placement: Arc<Placement>,
     readers: Arc<Readers>,
+    /// Kafka producer ids this node hands out.
+    producer_ids: Arc<ProducerIds>,
 }
 
 impl Service {
@@ -82,6 +86,7 @@ impl Service {
             store,
             placement,
             readers: Readers::new(),
+            producer_ids: Arc::default(),
         }
     }
 

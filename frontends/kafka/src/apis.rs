@@ -17,6 +17,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::SaslAuthenticate, 0, 2),
+    // Idempotent producers only: a transactional id is refused.
+    (ApiKey::InitProducerId, 0, 4),
 ];
 
 /// The versions of `key` served, if any.

@@ -13,7 +13,7 @@ use tokio::io::{AsyncRead, AsyncWrite, BufReader, BufWriter};
 use tributary_broker::auth::Credential;
 
 use crate::frame::{read_frame, write_frame};
-use crate::{KafkaContext, apis, fetch, guard, handlers, sasl};
+use crate::{KafkaContext, apis, fetch, guard, handlers, producers, sasl};
 
 /// The one SASL mechanism served.
 const PLAIN: &str = "PLAIN";
@@ -227,6 +227,9 @@ pub async fn answer(
         RequestKind::Produce(request) => handlers::produce(context, &session.credential, request)
             .await
             .map(ResponseKind::Produce),
+        RequestKind::InitProducerId(request) => Some(ResponseKind::InitProducerId(
+            producers::init_producer_id(context, &session.credential, request).await,
+        )),
         other => {
             return Err(Closed(format!(
                 "{:?} is not served",

@@ -3,6 +3,7 @@ use kafka_protocol::messages::api_versions_request::ApiVersionsRequest;
 use kafka_protocol::messages::fetch_request::{
     FetchPartition, FetchRequest, FetchTopic, ForgottenTopic,
 };
+use kafka_protocol::messages::init_producer_id_request::InitProducerIdRequest;
 use kafka_protocol::messages::list_offsets_request::{
     ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
 };
@@ -12,7 +13,7 @@ use kafka_protocol::messages::produce_request::{
 };
 use kafka_protocol::messages::sasl_authenticate_request::SaslAuthenticateRequest;
 use kafka_protocol::messages::sasl_handshake_request::SaslHandshakeRequest;
-use kafka_protocol::messages::{ApiKey, RequestKind, TopicName};
+use kafka_protocol::messages::{ApiKey, ProducerId, RequestKind, TopicName, TransactionalId};
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use proptest::prelude::*;
 
@@ -128,6 +129,19 @@ fn request(api: ApiKey, version: i16, topics: usize, partitions: usize) -> Reque
             let mut r = SaslAuthenticateRequest::default();
             r.auth_bytes = Bytes::from_static(b"\0user\0password");
             RequestKind::SaslAuthenticate(r)
+        }
+        ApiKey::InitProducerId => {
+            let mut r = InitProducerIdRequest::default();
+            // A transactional id where the request has topics, to walk a string too.
+            if topics > 0 {
+                r.transactional_id = Some(TransactionalId(StrBytes::from_static_str("txn-1")));
+            }
+            r.transaction_timeout_ms = 60_000;
+            if version >= 3 {
+                r.producer_id = ProducerId(4_096_001);
+                r.producer_epoch = 2;
+            }
+            RequestKind::InitProducerId(r)
         }
         other => panic!("{other:?} is not served"),
     }

@@ -16,7 +16,7 @@ use kafka_protocol::messages::{BrokerId, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use tributary_broker::auth::Credential;
 use tributary_broker::error::{Error, ErrorKind};
-use tributary_broker::service::{SendRequest, Target};
+use tributary_broker::service::{Producer, SendRequest, Target};
 
 use crate::KafkaContext;
 use crate::records::{self, RecordsError};
@@ -29,6 +29,9 @@ pub fn error_code(error: &Error) -> i16 {
             ResponseError::TopicAuthorizationFailed
         }
         ErrorKind::MessageTooLarge => ResponseError::MessageTooLarge,
+        ErrorKind::OutOfOrderSequence => ResponseError::OutOfOrderSequenceNumber,
+        ErrorKind::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
+        ErrorKind::UnknownProducer => ResponseError::UnknownProducerId,
         ErrorKind::InvalidArgument => ResponseError::InvalidRequest,
         ErrorKind::NotLeader { .. } | ErrorKind::Unavailable => ResponseError::NotLeaderOrFollower,
         ErrorKind::ServerBusy { .. } | ErrorKind::QuotaExceeded => {
@@ -147,18 +150,17 @@ pub async fn produce(
                     answer.error_code = code;
                     return answer;
                 }
-                let records = match data.records.as_ref().map(records::decode) {
-                    None => Ok(Vec::new()),
+                let decoded = match data.records.as_ref().map(records::decode) {
+                    None => return answer,
                     Some(decoded) => decoded,
                 };
-                let records = match records {
-                    Ok(records) if records.is_empty() => return answer,
-                    Ok(records) => records,
+                let decoded = match decoded {
+                    Ok(decoded) if decoded.records.is_empty() => return answer,
+                    Ok(decoded) => decoded,
                     Err(err) => {
                         tracing::info!(?err, hub = %hub, partition = data.index, "refused a Kafka produce");
                         answer.error_code = match err {
                             RecordsError::Corrupt(_) => ResponseError::CorruptMessage.code(),
-                            RecordsError::Idempotent => ResponseError::UnknownProducerId.code(),
                             RecordsError::Transactional => {
                                 ResponseError::TransactionalIdAuthorizationFailed.code()
                             }
@@ -170,8 +172,8 @@ pub async fn produce(
                 let send = SendRequest {
                     hub,
                     target: Target::PartitionId(data.index.to_string()),
-                    events: records.into_iter().map(records::event).collect(),
-                    producer: None,
+                    events: decoded.records.into_iter().map(records::event).collect(),
+                    producer: decoded.producer.map(Producer::Kafka),
                 };
                 match context.node.send(credential, send).await {
                     Ok(reply) => answer.base_offset = reply.first_sequence.0,

@@ -6,9 +6,11 @@
 //! Served so far: ApiVersions, SASL PLAIN (`$ConnectionString` and a connection string, or
 //! a rule's name and key), Metadata (this node as the one broker; sends and fetches are
 //! forwarded to each partition's leader), Produce (acks 0, 1 and all, every codec), Fetch
-//! (long polls, at least one event per partition) and ListOffsets (earliest and latest).
-//! ListOffsets by time, the idempotent producer and consumer groups are not served yet: a
-//! request for an API this server does not list in ApiVersions closes the connection.
+//! (long polls, at least one event per partition), ListOffsets (earliest and latest) and
+//! the idempotent producer (InitProducerId; each partition's state machine checks every
+//! producer's sequence numbers, see `tributary_partition::kafka_producers`). ListOffsets by
+//! time and consumer groups are not served yet: a request for an API this server does not
+//! list in ApiVersions closes the connection.
 //!
 //! Decoding untrusted bytes: kafka-protocol reserves an array's declared length before
 //! reading it (`Vec::with_capacity(n)` with `n` from the request), so `guard.rs` walks every
@@ -24,6 +26,7 @@ pub mod frame;
 mod guard;
 mod handlers;
 pub mod listener;
+mod producers;
 mod records;
 pub mod sasl;
 

@@ -3,26 +3,33 @@
 //! (bytes).
 
 use bytes::Bytes;
-use kafka_protocol::records::{Compression, Record, RecordBatchDecoder};
-use tributary_broker::service::{EventRecord, Property};
+use kafka_protocol::records::{BatchDecodeInfo, Compression, Record, RecordBatchDecoder};
+use tributary_broker::service::{EventRecord, KafkaProducerStamp, Property};
 
 /// The property a key that is not UTF-8 travels in.
 pub const KAFKA_KEY_PROPERTY: &str = "x-opt-kafka-key";
 
 /// A produce request's records for one partition, refused as a whole when malformed or
-/// from an idempotent or transactional producer (not served yet).
+/// from a transactional producer (not served).
 #[derive(Debug, PartialEq, Eq)]
 pub enum RecordsError {
     Corrupt(String),
-    Idempotent,
     Transactional,
+}
+
+/// A partition's records, and the idempotent producer's numbering of them (its batches'
+/// producer id, epoch and first sequence; `None` for a producer without idempotence).
+#[derive(Debug)]
+pub struct Decoded {
+    pub records: Vec<Record>,
+    pub producer: Option<KafkaProducerStamp>,
 }
 
 /// Records one batch may declare (kafka-protocol reserves the declared count up front).
 const RECORDS_PER_BATCH_MAX: i32 = 200_000;
 
 /// Decodes a partition's record batches (any codec: none, gzip, snappy, lz4, zstd).
-pub fn decode(records: &Bytes) -> Result<Vec<Record>, RecordsError> {
+pub fn decode(records: &Bytes) -> Result<Decoded, RecordsError> {
     // Each batch's declared record count, checked before the decoder reserves room for it:
     // an uncompressed record takes at least a byte, and no batch may declare more than
     // RECORDS_PER_BATCH_MAX.
@@ -42,6 +49,7 @@ pub fn decode(records: &Bytes) -> Result<Vec<Record>, RecordsError> {
             )));
         }
     }
+    let producer = producer(&infos)?;
     let mut buf = records.clone();
     let sets = RecordBatchDecoder::decode_all(&mut buf)
         .map_err(|err| RecordsError::Corrupt(err.to_string()))?;
@@ -51,15 +59,50 @@ pub fn decode(records: &Bytes) -> Result<Vec<Record>, RecordsError> {
             if record.transactional {
                 return Err(RecordsError::Transactional);
             }
-            if record.producer_id >= 0 {
-                return Err(RecordsError::Idempotent);
-            }
             if !record.control {
                 out.push(record);
             }
         }
     }
-    Ok(out)
+    Ok(Decoded {
+        records: out,
+        producer,
+    })
+}
+
+/// The idempotent producer's numbering of a partition's batches: every batch of one
+/// producer and epoch, each starting where the one before ends (the partition checks them
+/// as one run of sequence numbers), or none from an idempotent producer.
+fn producer(infos: &[BatchDecodeInfo]) -> Result<Option<KafkaProducerStamp>, RecordsError> {
+    let Some(first) = infos.first().filter(|info| info.producer_id >= 0) else {
+        if infos.iter().any(|info| info.producer_id >= 0) {
+            return Err(RecordsError::Corrupt(
+                "batches with and without a producer id in one partition".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    let mut next = i64::from(first.base_sequence);
+    for info in infos {
+        if info.producer_id != first.producer_id || info.producer_epoch != first.producer_epoch {
+            return Err(RecordsError::Corrupt(
+                "batches of several producers or epochs in one partition".into(),
+            ));
+        }
+        if i64::from(info.base_sequence) != next || info.base_sequence < 0 {
+            return Err(RecordsError::Corrupt(format!(
+                "a batch starting at sequence {} where {next} was next",
+                info.base_sequence
+            )));
+        }
+        // Kafka's sequences wrap to 0 after i32::MAX.
+        next = (next + i64::from(info.record_count.max(0))) % (i64::from(i32::MAX) + 1);
+    }
+    Ok(Some(KafkaProducerStamp {
+        producer_id: first.producer_id,
+        epoch: first.producer_epoch,
+        base_sequence: first.base_sequence,
+    }))
 }
 
 /// A record as the event stored.
@@ -95,6 +138,10 @@ mod tests {
     use kafka_protocol::records::{RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 
     fn record(key: Option<&[u8]>, value: &[u8], producer_id: i64) -> Record {
+        numbered(key, value, producer_id, -1)
+    }
+
+    fn numbered(key: Option<&[u8]>, value: &[u8], producer_id: i64, sequence: i32) -> Record {
         let mut headers = IndexMap::new();
         headers.insert(
             StrBytes::from_static_str("h"),
@@ -106,10 +153,10 @@ mod tests {
             delete_horizon: false,
             partition_leader_epoch: 0,
             producer_id,
-            producer_epoch: -1,
+            producer_epoch: if producer_id >= 0 { 3 } else { -1 },
             timestamp_type: TimestampType::Creation,
             offset: 0,
-            sequence: -1,
+            sequence,
             timestamp: 1_700_000_000_000,
             key: key.map(Bytes::copy_from_slice),
             value: Some(Bytes::copy_from_slice(value)),
@@ -147,7 +194,12 @@ mod tests {
                 ],
                 compression,
             );
-            let events: Vec<EventRecord> = decode(&bytes).unwrap().into_iter().map(event).collect();
+            let events: Vec<EventRecord> = decode(&bytes)
+                .unwrap()
+                .records
+                .into_iter()
+                .map(event)
+                .collect();
             assert_eq!(events.len(), 2, "{compression:?}");
             assert_eq!(events[0].partition_key.as_deref(), Some("customer-7"));
             assert_eq!(&events[0].body[..], b"one");
@@ -169,7 +221,7 @@ mod tests {
     }
 
     #[test]
-    fn corrupt_and_idempotent_batches_are_refused() {
+    fn corrupt_batches_are_refused() {
         let good = batch(&[record(None, b"one", -1)], Compression::None);
         let mut corrupt = BytesMut::from(&good[..]);
         let last = corrupt.len() - 1;
@@ -178,8 +230,6 @@ mod tests {
             decode(&corrupt.freeze()),
             Err(RecordsError::Corrupt(_))
         ));
-        let idempotent = batch(&[record(None, b"one", 7)], Compression::None);
-        assert_eq!(decode(&idempotent), Err(RecordsError::Idempotent));
         // A batch declaring more records than it could hold, with a valid CRC (the count sits
         // at bytes 57..61 of a v2 batch; the CRC-32C at 17..21 covers bytes 21 on).
         let mut huge = BytesMut::from(&good[..]);
@@ -191,5 +241,33 @@ mod tests {
             matches!(&err, RecordsError::Corrupt(why) if why.contains("2147483647")),
             "{err:?}"
         );
+    }
+
+    #[test]
+    fn an_idempotent_producers_batches_carry_its_numbering() {
+        let first = batch(
+            &[numbered(None, b"a", 7, 40), numbered(None, b"b", 7, 41)],
+            Compression::None,
+        );
+        let second = batch(&[numbered(None, b"c", 7, 42)], Compression::Gzip);
+        let both = Bytes::from([&first[..], &second[..]].concat());
+        let decoded = decode(&both).unwrap();
+        assert_eq!(decoded.records.len(), 3);
+        assert_eq!(
+            decoded.producer,
+            Some(KafkaProducerStamp {
+                producer_id: 7,
+                epoch: 3,
+                base_sequence: 40,
+            })
+        );
+        let plain = batch(&[record(None, b"x", -1)], Compression::None);
+        assert_eq!(decode(&plain).unwrap().producer, None);
+        // A gap between batches, or batches of two producers, are refused.
+        let gap = batch(&[numbered(None, b"d", 7, 44)], Compression::None);
+        let gapped = Bytes::from([&first[..], &gap[..]].concat());
+        assert!(matches!(decode(&gapped), Err(RecordsError::Corrupt(_))));
+        let mixed = Bytes::from([&first[..], &plain[..]].concat());
+        assert!(matches!(decode(&mixed), Err(RecordsError::Corrupt(_))));
     }
 }
