@@ -11,8 +11,9 @@ SETTINGS = json.loads(sys.argv[1])
 
 
 def config(password=None, **extra):
+    ports = SETTINGS.get("kafka_ports") or [SETTINGS["kafka_port"]]
     result = {
-        "bootstrap.servers": f"127.0.0.1:{SETTINGS['kafka_port']}",
+        "bootstrap.servers": ",".join(f"127.0.0.1:{port}" for port in ports),
         "security.protocol": "SASL_PLAINTEXT",
         "sasl.mechanisms": "PLAIN",
         "sasl.username": "$ConnectionString",
@@ -71,4 +72,46 @@ def wrong_password():
     print(json.dumps({"summary": {"errors": errors, "delivered": delivered}}), flush=True)
 
 
-{"produce": produce, "wrong_password": wrong_password}[SETTINGS["scenario"]]()
+def idempotent():
+    """An idempotent producer (enable.idempotence, acks=all) sending numbered records to one
+    partition, paced so that the test can kill the partition's leader while records are in
+    flight; every node is a bootstrap server, so the client can reconnect through another.
+    Prints each acknowledged record's number and offset."""
+    acked = []
+    failed = []
+    fatal = []
+
+    def on_delivery(err, msg):
+        if err is None:
+            acked.append([int(msg.value()), msg.offset()])
+        else:
+            failed.append([int(msg.value()), err.name()])
+
+    def on_error(err):
+        if err.fatal():
+            fatal.append({"code": err.name(), "text": err.str()})
+
+    producer = Producer(config(**{
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "message.timeout.ms": SETTINGS["message_timeout_ms"],
+        "error_cb": on_error,
+    }))
+    count, chunk = SETTINGS["count"], SETTINGS["chunk"]
+    for start in range(0, count, chunk):
+        for i in range(start, min(count, start + chunk)):
+            while True:
+                try:
+                    producer.produce(SETTINGS["topic"], value=str(i).encode(),
+                                     partition=SETTINGS["partition"], on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        producer.poll(SETTINGS["pause_s"])
+    left = producer.flush(SETTINGS["flush_s"])
+    print(json.dumps({"summary": {"acked": acked, "failed": failed, "fatal": fatal, "left": left}}),
+          flush=True)
+
+
+{"produce": produce, "wrong_password": wrong_password, "idempotent": idempotent}[SETTINGS["scenario"]]()

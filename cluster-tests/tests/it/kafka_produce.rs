@@ -20,16 +20,16 @@ use tributary_types::partition_for_key;
 
 const SCRIPT: &str = include_str!("kafka_clients.py");
 const ROOT_RULE: &str = "RootManageSharedAccessKey";
-const ROOT_KEY: &str = "a2Fma2EtcHJvZHVjZS10ZXN0LXJvb3Qta2V5LTAwMDE=";
+pub(super) const ROOT_KEY: &str = "a2Fma2EtcHJvZHVjZS10ZXN0LXJvb3Qta2V5LTAwMDE=";
 const HUB: &str = "orders";
 const PARTITIONS: u32 = 4;
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
 
-fn connection_string(key: &str) -> String {
+pub(super) fn connection_string(key: &str) -> String {
     format!("Endpoint=sb://127.0.0.1/;SharedAccessKeyName={ROOT_RULE};SharedAccessKey={key}")
 }
 
-async fn start(
+pub(super) async fn start(
     name: &str,
 ) -> Option<(
     TestDir,
@@ -109,7 +109,7 @@ async fn run_kcat(
         .unwrap()
 }
 
-async fn run_python(venv: &Path, settings: Json) -> Json {
+pub(super) async fn run_python(venv: &Path, settings: Json) -> Json {
     let output = tokio::time::timeout(
         CLIENT_TIMEOUT,
         tokio::process::Command::new(venv.join("bin/python"))
