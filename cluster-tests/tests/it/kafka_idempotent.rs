@@ -1,20 +1,25 @@
-//! Issue 31, "done when" item 2: a partition's leader is killed (SIGKILL) while
-//! confluent-kafka (librdkafka 2.16, `enable.idempotence=true`, `acks=all`) produces 50,000
-//! records to it. Batches in flight when the leader dies are retried by the client, through
-//! whichever node it reaches next (every node is a bootstrap server); the partition's state
-//! machine knows each producer's last batches on every replica, so a retried batch that was
-//! committed before the kill is answered with its original offset instead of being stored
+//! Issue 31, "done when" item 2: a partition's leader is killed while confluent-kafka
+//! (librdkafka 2.16, `enable.idempotence=true`, `acks=all`) produces 50,000 records to it.
+//! Batches in flight when the leader dies are retried by the client, through whichever node
+//! it reaches next (every node is a bootstrap server); the partition's state machine knows
+//! each producer's last batches on every replica, so a retried batch that was committed
+//! before the leader died is answered with its original offset instead of being stored
 //! again. Every acknowledged record is read back exactly once, in order, at the offset the
 //! client was told.
+//!
+//! Killed with SIGKILL, the leader rarely dies in the moment between a commit and its
+//! reply; the crash-after-commit fault hook kills it exactly there, so the second test
+//! fails if retries are stored twice.
 
+use std::os::unix::process::ExitStatusExt as _;
 use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::{Value as Json, json};
 use tributary_client::{Client, ConnectOptions, EventPosition, ReceivedEvent};
-use tributary_cluster_tests::eventually;
+use tributary_cluster_tests::{eventually, http_post};
 
-use super::kafka_produce::{ROOT_KEY, connection_string, run_python, start};
+use super::kafka_produce::{ROOT_KEY, connection_string, run_python, start_with_env};
 
 const HUB: &str = "idempotent";
 const RECORDS: u64 = 50_000;
@@ -78,9 +83,32 @@ async fn read_partition(client: &Client, partition: &str) -> Vec<ReceivedEvent> 
     events
 }
 
+/// How the partition's leader dies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Death {
+    /// SIGKILL, wherever it is.
+    Killed,
+    /// SIGABRT from the crash-after-commit fault hook: right after a send commits, before
+    /// its reply.
+    AfterCommit,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_leader_neither_loses_nor_duplicates_idempotent_records() {
-    let Some((_dir, mut cluster, root, _kcat, venv)) = start("kafka-idempotent").await else {
+    produce_through_a_leader_death("kafka-idempotent-kill", Death::Killed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_leader_died_before_replying_is_stored_once() {
+    produce_through_a_leader_death("kafka-idempotent-crash", Death::AfterCommit).await;
+}
+
+async fn produce_through_a_leader_death(name: &str, death: Death) {
+    let env: &[(&str, &str)] = match death {
+        Death::Killed => &[],
+        Death::AfterCommit => &[("TRIBUTARY_FAULT_HOOKS", "1")],
+    };
+    let Some((_dir, mut cluster, root, _kcat, venv)) = start_with_env(name, env).await else {
         return;
     };
     root.create_event_hub(HUB, 1, None).await.unwrap();
@@ -131,13 +159,33 @@ async fn a_killed_leader_neither_loses_nor_duplicates_idempotent_records() {
         },
     )
     .await;
-    eprintln!(
-        "killing node {victim}, the leader of partition 0, with {stored_at_kill} records stored"
-    );
-    cluster.nodes[victim_index].kill9().await;
+    let node = &mut cluster.nodes[victim_index];
+    match death {
+        Death::Killed => {
+            eprintln!(
+                "killing node {victim}, the leader of partition 0, with {stored_at_kill} records stored"
+            );
+            node.kill9().await;
+        }
+        Death::AfterCommit => {
+            eprintln!(
+                "arming node {victim}, the leader of partition 0, to crash after its next commit, with {stored_at_kill} records stored"
+            );
+            let armed = http_post(node.http_addr(), "/debug/faults/crash-after-commit")
+                .await
+                .unwrap();
+            assert_eq!(armed.status, 200, "{}", armed.body);
+            let status = node.wait_for_exit().await;
+            assert_eq!(
+                status.signal(),
+                Some(6),
+                "died from the hook (SIGABRT): {status}"
+            );
+        }
+    }
     assert!(
         stored_at_kill < RECORDS as i64,
-        "the producer finished before the kill; pace it more slowly"
+        "the producer finished before the leader died; pace it more slowly"
     );
 
     let summary: Json = producing.await.unwrap();

@@ -38,6 +38,20 @@ pub(super) async fn start(
     std::path::PathBuf,
     std::path::PathBuf,
 )> {
+    start_with_env(name, &[]).await
+}
+
+/// [`start`] with more environment for every node.
+pub(super) async fn start_with_env(
+    name: &str,
+    env: &[(&str, &str)],
+) -> Option<(
+    TestDir,
+    LocalCluster,
+    Client,
+    std::path::PathBuf,
+    std::path::PathBuf,
+)> {
     let kcat = kcat()?;
     let venv = python_deps()?;
     let dir = TestDir::new(name);
@@ -45,7 +59,7 @@ pub(super) async fn start(
         dir.path(),
         3,
         &["--auth".to_owned(), "sas".to_owned()],
-        &[("TRIBUTARY_ROOT_KEY", ROOT_KEY)],
+        &[&[("TRIBUTARY_ROOT_KEY", ROOT_KEY)], env].concat(),
     )
     .await;
     let root = Client::from_connection_string_with(
