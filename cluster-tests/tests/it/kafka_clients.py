@@ -114,4 +114,40 @@ def idempotent():
           flush=True)
 
 
-{"produce": produce, "wrong_password": wrong_password, "idempotent": idempotent}[SETTINGS["scenario"]]()
+def kafka_python_idempotent():
+    """kafka-python 3 with its defaults (idempotence on: it calls InitProducerId), sending
+    numbered records to one partition."""
+    from kafka import KafkaProducer
+
+    ports = SETTINGS.get("kafka_ports") or [SETTINGS["kafka_port"]]
+    producer = KafkaProducer(
+        bootstrap_servers=[f"127.0.0.1:{port}" for port in ports],
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="PLAIN",
+        sasl_plain_username="$ConnectionString",
+        sasl_plain_password=SETTINGS["connection_string"],
+    )
+    futures = [
+        producer.send(SETTINGS["topic"], value=str(i).encode(), partition=SETTINGS["partition"])
+        for i in range(SETTINGS["count"])
+    ]
+    producer.flush(60)
+    acked = []
+    errors = []
+    for i, future in enumerate(futures):
+        try:
+            acked.append([i, future.get(timeout=10).offset])
+        except Exception as err:  # reported to the test, which fails on any
+            errors.append(f"{i}: {err!r}")
+    idempotent = producer.config.get("enable_idempotence")
+    producer.close(10)
+    print(json.dumps({"summary": {"acked": acked, "errors": errors, "idempotent": idempotent}}),
+          flush=True)
+
+
+{
+    "produce": produce,
+    "wrong_password": wrong_password,
+    "idempotent": idempotent,
+    "kafka_python_idempotent": kafka_python_idempotent,
+}[SETTINGS["scenario"]]()

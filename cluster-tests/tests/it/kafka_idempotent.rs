@@ -232,3 +232,41 @@ async fn produce_through_a_leader_death(name: &str, death: Death) {
         );
     }
 }
+
+/// kafka-python 3 turns idempotence on by default (WIRE-PROTOCOLS C2): its producer gets an
+/// id through InitProducerId and its records are stored once each, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_python_produces_idempotently_by_default() {
+    let Some((_dir, cluster, root, _kcat, venv)) =
+        start_with_env("kafka-python-idempotent", &[]).await
+    else {
+        return;
+    };
+    root.create_event_hub(HUB, 1, None).await.unwrap();
+    let count = 300u64;
+    let summary = run_python(
+        &venv,
+        json!({
+            "scenario": "kafka_python_idempotent",
+            "kafka_ports": [cluster.nodes[1].kafka_addr().port()],
+            "connection_string": connection_string(ROOT_KEY),
+            "topic": HUB,
+            "partition": 0,
+            "count": count,
+        }),
+    )
+    .await;
+    assert_eq!(summary["errors"], json!([]), "{summary}");
+    assert_eq!(summary["idempotent"], json!(true), "{summary}");
+    let acked = summary["acked"].as_array().unwrap();
+    assert_eq!(acked.len() as u64, count, "{summary}");
+    for pair in acked {
+        assert_eq!(pair[0], pair[1], "record {} at offset {}", pair[0], pair[1]);
+    }
+    let stored: Vec<u64> = read_partition(&root, "0")
+        .await
+        .iter()
+        .map(|e| String::from_utf8_lossy(&e.body).parse::<u64>().unwrap())
+        .collect();
+    assert_eq!(stored, (0..count).collect::<Vec<u64>>());
+}
