@@ -351,6 +351,47 @@ pub type Entry = openraft::alias::EntryOf<TypeConfig>;
 #[cfg(test)]
 mod tests {
     #[test]
+    fn compaction_keeps_an_append_entrys_kind() {
+        use super::*;
+        let batch = AppendBatch {
+            enqueued_time_ms: 5,
+            event_count: 2,
+            events: Bytes::from_static(b"before"),
+            producer: None,
+        };
+        let producer = KafkaProducerStamp {
+            producer_id: 9,
+            epoch: 1,
+            base_sequence: 40,
+        };
+        let kafka = Proposal::KafkaAppend {
+            batch: batch.clone(),
+            producer,
+        };
+        let compacted = kafka.with_events(Bytes::from_static(b"after")).unwrap();
+        assert_eq!(
+            compacted,
+            Proposal::KafkaAppend {
+                batch: AppendBatch {
+                    events: Bytes::from_static(b"after"),
+                    ..batch.clone()
+                },
+                producer,
+            }
+        );
+        assert_eq!(compacted.append_batch().unwrap().events, "after");
+        assert!(matches!(
+            Proposal::Append(batch).with_events(Bytes::new()),
+            Some(Proposal::Append(_))
+        ));
+        assert_eq!(Proposal::Controller(Bytes::new()).append_batch(), None);
+        assert_eq!(
+            Proposal::Controller(Bytes::new()).with_events(Bytes::new()),
+            None
+        );
+    }
+
+    #[test]
     fn group_config_is_valid() {
         let config = super::group_config("t");
         assert!(config.heartbeat_interval < config.election_timeout_min);

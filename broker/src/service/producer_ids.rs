@@ -122,3 +122,23 @@ impl Service {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_block_is_handed_out_once_and_a_second_one_found_empty_together_is_dropped() {
+        let ids = ProducerIds::default();
+        assert_eq!(ids.take(), None, "no block yet");
+        ids.refill(10..13);
+        // Another caller's block arrives while ids of the first are left: dropped.
+        ids.refill(100..200);
+        assert_eq!(
+            [ids.take(), ids.take(), ids.take(), ids.take()],
+            [Some(10), Some(11), Some(12), None]
+        );
+        ids.refill(200..201);
+        assert_eq!(ids.take(), Some(200));
+    }
+}
