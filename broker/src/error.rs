@@ -23,6 +23,10 @@ pub enum ErrorKind {
     MessageTooLarge,
     /// An idempotent producer's sequence number is not the next one.
     OutOfOrderSequence,
+    /// A Kafka idempotent producer's epoch is older than the partition has seen.
+    InvalidProducerEpoch,
+    /// A Kafka idempotent producer the partition has no state for continues a sequence.
+    UnknownProducer,
     /// A reader was displaced by one with a higher (or equal) owner level.
     ReaderDisconnected,
     /// A checkpoint by an instance that no longer owns the partition.
@@ -100,6 +104,8 @@ impl Error {
             ErrorKind::InvalidArgument => ErrorReason::InvalidArgument,
             ErrorKind::MessageTooLarge => ErrorReason::MessageTooLarge,
             ErrorKind::OutOfOrderSequence => ErrorReason::OutOfOrderSequence,
+            ErrorKind::InvalidProducerEpoch => ErrorReason::InvalidProducerEpoch,
+            ErrorKind::UnknownProducer => ErrorReason::UnknownProducer,
             ErrorKind::ReaderDisconnected => ErrorReason::ReaderDisconnected,
             ErrorKind::NotOwner => ErrorReason::NotOwner,
             ErrorKind::ServerBusy { .. } => ErrorReason::ServerBusy,
@@ -147,6 +153,8 @@ impl Error {
             ErrorReason::InvalidArgument => ErrorKind::InvalidArgument,
             ErrorReason::MessageTooLarge => ErrorKind::MessageTooLarge,
             ErrorReason::OutOfOrderSequence => ErrorKind::OutOfOrderSequence,
+            ErrorReason::InvalidProducerEpoch => ErrorKind::InvalidProducerEpoch,
+            ErrorReason::UnknownProducer => ErrorKind::UnknownProducer,
             ErrorReason::ReaderDisconnected => ErrorKind::ReaderDisconnected,
             ErrorReason::NotOwner => ErrorKind::NotOwner,
             ErrorReason::ServerBusy => ErrorKind::ServerBusy {
@@ -190,6 +198,8 @@ impl Error {
             ErrorKind::AlreadyExists => tonic::Code::AlreadyExists,
             ErrorKind::InvalidArgument | ErrorKind::MessageTooLarge => tonic::Code::InvalidArgument,
             ErrorKind::OutOfOrderSequence
+            | ErrorKind::InvalidProducerEpoch
+            | ErrorKind::UnknownProducer
             | ErrorKind::ReaderDisconnected
             | ErrorKind::NotOwner
             | ErrorKind::NotLeader { .. } => tonic::Code::FailedPrecondition,
@@ -257,6 +267,12 @@ impl Error {
             e @ PartitionError::OutOfOrder { .. } => {
                 Error::new(ErrorKind::OutOfOrderSequence, e.to_string())
             }
+            e @ PartitionError::StaleProducerEpoch { .. } => {
+                Error::new(ErrorKind::InvalidProducerEpoch, e.to_string())
+            }
+            e @ PartitionError::UnknownProducer { .. } => {
+                Error::new(ErrorKind::UnknownProducer, e.to_string())
+            }
         }
     }
 }
@@ -273,6 +289,8 @@ mod tests {
             ErrorKind::InvalidArgument,
             ErrorKind::MessageTooLarge,
             ErrorKind::OutOfOrderSequence,
+            ErrorKind::InvalidProducerEpoch,
+            ErrorKind::UnknownProducer,
             ErrorKind::ReaderDisconnected,
             ErrorKind::NotOwner,
             ErrorKind::ServerBusy {

@@ -205,6 +205,8 @@ fn service_display(
         ErrorReason::OutOfOrderSequence => "out of order",
         ErrorReason::ReaderDisconnected => "reader disconnected",
         ErrorReason::NotOwner => "not the owner",
+        ErrorReason::InvalidProducerEpoch => "invalid producer epoch",
+        ErrorReason::UnknownProducer => "unknown producer",
         ErrorReason::Unspecified => code.description(),
     };
     let mut text = if message.is_empty() {

@@ -565,6 +565,52 @@ fn blob_store_commands_and_replies() {
     }
 }
 
+/// Kafka producer id blocks came with format 2 (release 0.2.0), proposed only once the
+/// cluster reads it: no format-1 files.
+#[test]
+fn producer_id_commands_and_replies() {
+    check(
+        "command-store-allocate-producer-ids",
+        &Command::Store(StoreCommand::AllocateProducerIds),
+        &[FORMAT_LATEST],
+        decode_command,
+    );
+    let result: CommandResult = Ok(Reply::Store(StoreReply::ProducerIds {
+        first: 4_096 * 65_536,
+        count: 65_536,
+    }));
+    check(
+        "result-store-producer-ids",
+        &result,
+        &[FORMAT_LATEST],
+        decode_result,
+    );
+}
+
+/// Each controller entry allocates its own block of producer ids, the same on every replica.
+#[test]
+fn producer_id_blocks_follow_the_log_index() {
+    use crate::store::{PRODUCER_IDS_PER_BLOCK, producer_id_block};
+    let mut applied = ControllerApplied::default();
+    let mut firsts = Vec::new();
+    for index in [5, 6, 9] {
+        applied.last_applied = Some(raft_log_id(2, 1, index));
+        let (result, changed) = applied.apply(Command::Store(StoreCommand::AllocateProducerIds));
+        assert!(!changed);
+        match result {
+            Ok(Reply::Store(StoreReply::ProducerIds { first, count })) => {
+                assert_eq!(count, PRODUCER_IDS_PER_BLOCK);
+                firsts.push(first);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let block = i64::from(PRODUCER_IDS_PER_BLOCK);
+    assert_eq!(firsts, vec![5 * block, 6 * block, 9 * block]);
+    assert!(producer_id_block(u64::MAX).is_none());
+    assert!(producer_id_block(1 << 47).is_none());
+}
+
 /// One result of each reply variant (and of each variant of the store replies), and an
 /// error of each kind.
 #[test]

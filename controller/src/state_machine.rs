@@ -19,7 +19,7 @@ use tributary_types::GroupId;
 use tributary_types::format;
 
 use super::state::{ClusterFeature, ClusterState, Command, CommandError, Reply};
-use super::store::ConsumerStore;
+use super::store::{ConsumerStore, StoreCommand, producer_id_block};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ControllerApplied {
@@ -34,6 +34,16 @@ impl ControllerApplied {
     /// Applies a command; returns its outcome and whether the cluster state changed.
     pub fn apply(&mut self, command: Command) -> (CommandResult, bool) {
         match command {
+            Command::Store(StoreCommand::AllocateProducerIds) => {
+                let log_index = self.last_applied.map_or(0, |id| id.index);
+                let block = producer_id_block(log_index).ok_or_else(|| CommandError {
+                    kind: super::state::ErrorKind::QuotaExceeded,
+                    message: format!(
+                        "no Kafka producer ids are left (controller log index {log_index})"
+                    ),
+                });
+                (block.map(Reply::Store), false)
+            }
             Command::Store(command) => (
                 self.store.apply(&self.state, command).map(Reply::Store),
                 false,
@@ -192,7 +202,10 @@ impl RaftStateMachine<TypeConfig> for ControllerStateMachine {
                 // Partition proposals are never sent to the controller.
                 EntryPayload::Blank
                 | EntryPayload::Normal(
-                    Proposal::Append(_) | Proposal::CaptureWindow(_) | Proposal::CaptureMark(_),
+                    Proposal::Append(_)
+                    | Proposal::CaptureWindow(_)
+                    | Proposal::CaptureMark(_)
+                    | Proposal::KafkaAppend { .. },
                 ) => ProposalResult::None,
             };
             if let Some(responder) = responder {

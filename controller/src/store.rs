@@ -96,6 +96,28 @@ pub enum StoreCommand {
         hub: String,
         group: String,
     },
+    /// A block of [`PRODUCER_IDS_PER_BLOCK`] Kafka producer ids for one node to hand out:
+    /// the block of the command's log index, so blocks never overlap and need no state
+    /// (see [`producer_id_block`]). Feature level 2 and later.
+    AllocateProducerIds,
+}
+
+/// Kafka producer ids in one block a node caches.
+pub const PRODUCER_IDS_PER_BLOCK: u32 = 1 << 16;
+
+/// The block of producer ids allocated by the controller entry at `log_index`: every entry
+/// has its own index, so each allocation its own block, on every replica alike. `None`
+/// past the ids Kafka can carry (an index beyond 2^47).
+pub fn producer_id_block(log_index: u64) -> Option<StoreReply> {
+    let first = i64::try_from(log_index)
+        .ok()?
+        .checked_mul(i64::from(PRODUCER_IDS_PER_BLOCK))?;
+    first
+        .checked_add(i64::from(PRODUCER_IDS_PER_BLOCK))
+        .map(|_| StoreReply::ProducerIds {
+            first,
+            count: PRODUCER_IDS_PER_BLOCK,
+        })
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,6 +131,11 @@ pub enum StoreReply {
     Blobs(Vec<BlobView>),
     /// The outcome of `PutBlob`.
     BlobWrite(BlobWrite),
+    /// The block of `AllocateProducerIds`: ids `first` to `first + count` (exclusive).
+    ProducerIds {
+        first: i64,
+        count: u32,
+    },
 }
 
 /// Records of one (hub, consumer group, partition).
@@ -266,6 +293,11 @@ impl ConsumerStore {
                 let id = scope(cluster, &hub, &group)?.id;
                 Ok(StoreReply::Blobs(self.list_blobs(id, &group)))
             }
+            // Answered from the entry's log index, which only the state machine knows
+            // (`ControllerApplied::apply`).
+            StoreCommand::AllocateProducerIds => Err(invalid(
+                "producer ids are allocated by the controller's state machine".to_string(),
+            )),
         }
     }
 

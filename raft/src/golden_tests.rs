@@ -32,8 +32,8 @@ use tributary_types::format::{self, golden};
 use crate::network::{PieceBody, SnapshotChunk, SnapshotPiece};
 use crate::quiet::QuietBeat;
 use crate::types::{
-    AppendBatch, AppendOutcome, CaptureRange, Entry, ProducerStamp, Proposal, ProposalResult,
-    SnapshotMeta, StoredMembership, TypeConfig,
+    AppendBatch, AppendOutcome, CaptureRange, Entry, KafkaProducerStamp, ProducerStamp, Proposal,
+    ProposalResult, SnapshotMeta, StoredMembership, TypeConfig,
 };
 
 fn golden_dir() -> PathBuf {
@@ -162,6 +162,54 @@ fn log_entries_of_every_payload_kind() {
     for (name, entry) in entries() {
         check(name, &entry);
     }
+}
+
+/// Checks `value` against its golden file of format 2 only: variants appended in feature
+/// level 2, which no format-1 writer ever writes.
+fn check_format_2<T>(name: &str, value: &T)
+where
+    T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug,
+{
+    golden::check_formats(&golden_dir(), name, value, &[2], crate::decode::<T>);
+}
+
+/// A Kafka idempotent producer's append (feature level 2).
+#[test]
+fn kafka_append_entries() {
+    let batch = AppendBatch {
+        producer: None,
+        ..append_batch()
+    };
+    let proposal = Proposal::KafkaAppend {
+        batch,
+        producer: KafkaProducerStamp {
+            producer_id: 4_096_001,
+            epoch: 3,
+            base_sequence: 1_250,
+        },
+    };
+    check_format_2(
+        "entry-kafka-append",
+        &entry(17, EntryPayload::Normal(proposal)),
+    );
+}
+
+/// Results of Kafka producers' refused batches (feature level 2).
+#[test]
+fn kafka_producer_results() {
+    check_format_2(
+        "result-stale-producer-epoch",
+        &ProposalResult::StaleProducerEpoch {
+            current: 4,
+            received: 3,
+        },
+    );
+    check_format_2(
+        "result-unknown-producer",
+        &ProposalResult::UnknownProducer {
+            producer_id: 4_096_001,
+        },
+    );
 }
 
 /// The vote (`MetaKey::Vote`).

@@ -30,10 +30,10 @@ pub use peer_service::{PeerCaller, PeerService};
 pub use quiet::Hibernation;
 pub use snapshot_stream::SNAPSHOT_PIECE_BYTES;
 pub use types::{
-    AppendBatch, AppendOutcome, CONTROLLER_LOG_KEEP_ENTRIES, CaptureRange, Entry, LogId,
-    ProducerStamp, Proposal, ProposalResult, Raft, RaftSettings, Snapshot, SnapshotData,
-    SnapshotMeta, StoredMembership, StoredSnapshot, TypeConfig, WriteResponder,
-    controller_config_with, group_config, group_config_with,
+    AppendBatch, AppendOutcome, CONTROLLER_LOG_KEEP_ENTRIES, CaptureRange, Entry,
+    KafkaProducerStamp, LogId, Producer, ProducerStamp, Proposal, ProposalResult, Raft,
+    RaftSettings, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, StoredSnapshot,
+    TypeConfig, WriteResponder, controller_config_with, group_config, group_config_with,
 };
 
 /// Re-exports of openraft items the node needs, so it names them through this crate.

@@ -27,6 +27,24 @@ pub struct ProducerStamp {
     pub sequence: i64,
 }
 
+/// A Kafka idempotent producer's numbering of a record batch within one partition
+/// (KIP-98): its producer id and epoch, and the sequence of the batch's first record (the
+/// next batch starts `event_count` later, wrapping to 0 after `i32::MAX`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KafkaProducerStamp {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub base_sequence: i32,
+}
+
+/// The producer numbering a send carries: Event Hubs' (AMQP and gRPC idempotent
+/// publishing) or Kafka's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Producer {
+    EventHubs(ProducerStamp),
+    Kafka(KafkaProducerStamp),
+}
+
 /// What a group's log carries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Proposal {
@@ -45,6 +63,14 @@ pub enum Proposal {
     /// capture point, and only for the claimed window when one is claimed; a mark from a
     /// deposed leader is ignored.
     CaptureMark(CaptureRange),
+    /// A Kafka idempotent producer's batch (`batch.producer` is `None`): stored unless a
+    /// duplicate of one of the producer's last batches, out of sequence, or of a stale
+    /// epoch (see the partition state machine). Appended at feature level 2: proposed only
+    /// once the cluster runs it.
+    KafkaAppend {
+        batch: AppendBatch,
+        producer: KafkaProducerStamp,
+    },
 }
 
 /// A run of a partition's events for Capture: sequence numbers `from_sequence` to
@@ -63,6 +89,32 @@ pub struct AppendOutcome {
     pub first_sequence: i64,
     pub first_offset: i64,
     pub enqueued_time_ms: i64,
+}
+
+impl Proposal {
+    /// The events of an append entry, of either kind.
+    pub fn append_batch(&self) -> Option<&AppendBatch> {
+        match self {
+            Proposal::Append(batch) | Proposal::KafkaAppend { batch, .. } => Some(batch),
+            _ => None,
+        }
+    }
+
+    /// This append entry with its events replaced (compaction keeps the entry's kind).
+    pub fn with_events(&self, events: Bytes) -> Option<Proposal> {
+        let batch = |b: &AppendBatch| AppendBatch {
+            events,
+            ..b.clone()
+        };
+        match self {
+            Proposal::Append(b) => Some(Proposal::Append(batch(b))),
+            Proposal::KafkaAppend { batch: b, producer } => Some(Proposal::KafkaAppend {
+                batch: batch(b),
+                producer: *producer,
+            }),
+            _ => None,
+        }
+    }
 }
 
 impl std::fmt::Display for Proposal {
@@ -85,6 +137,16 @@ impl std::fmt::Display for Proposal {
                 f,
                 "capture-mark({}..{}, t={})",
                 range.from_sequence, range.next_sequence, range.file_time_ms
+            ),
+            Proposal::KafkaAppend { batch, producer } => write!(
+                f,
+                "kafka-append({} events, {} bytes, t={}, producer {} epoch {} sequence {})",
+                batch.event_count,
+                batch.events.len(),
+                batch.enqueued_time_ms,
+                producer.producer_id,
+                producer.epoch,
+                producer.base_sequence
             ),
         }
     }
@@ -110,6 +172,17 @@ pub enum ProposalResult {
     Capture {
         applied: bool,
         next_sequence: i64,
+    },
+    /// A Kafka producer's batch of an epoch older than the partition last saw from it: not
+    /// stored (feature level 2).
+    StaleProducerEpoch {
+        current: i16,
+        received: i16,
+    },
+    /// A Kafka producer's batch continuing a sequence this partition has no state for (it
+    /// was never seen here, or forgotten): not stored (feature level 2).
+    UnknownProducer {
+        producer_id: i64,
     },
 }
 
@@ -277,6 +350,47 @@ pub type Entry = openraft::alias::EntryOf<TypeConfig>;
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn compaction_keeps_an_append_entrys_kind() {
+        use super::*;
+        let batch = AppendBatch {
+            enqueued_time_ms: 5,
+            event_count: 2,
+            events: Bytes::from_static(b"before"),
+            producer: None,
+        };
+        let producer = KafkaProducerStamp {
+            producer_id: 9,
+            epoch: 1,
+            base_sequence: 40,
+        };
+        let kafka = Proposal::KafkaAppend {
+            batch: batch.clone(),
+            producer,
+        };
+        let compacted = kafka.with_events(Bytes::from_static(b"after")).unwrap();
+        assert_eq!(
+            compacted,
+            Proposal::KafkaAppend {
+                batch: AppendBatch {
+                    events: Bytes::from_static(b"after"),
+                    ..batch.clone()
+                },
+                producer,
+            }
+        );
+        assert_eq!(compacted.append_batch().unwrap().events, "after");
+        assert!(matches!(
+            Proposal::Append(batch).with_events(Bytes::new()),
+            Some(Proposal::Append(_))
+        ));
+        assert_eq!(Proposal::Controller(Bytes::new()).append_batch(), None);
+        assert_eq!(
+            Proposal::Controller(Bytes::new()).with_events(Bytes::new()),
+            None
+        );
+    }
+
     #[test]
     fn group_config_is_valid() {
         let config = super::group_config("t");

@@ -7,7 +7,11 @@
 //! Each send stays atomic and keeps its own numbers: its events are one contiguous run of the
 //! entry, so its sequence numbers and offsets follow from the entry's first ones and the
 //! sends before it. Sends are proposed in the order they queued. An idempotent producer's
-//! send is proposed alone, since its stamp covers the whole entry.
+//! send (Event Hubs' or Kafka's) is proposed alone, since its stamp covers the whole entry:
+//! the state machine then decides on that one send (store it, answer a retry with its
+//! original numbers, or refuse it), and the reply of the entry is the send's own. (Merging
+//! them would need entries whose refused parts stay unread: the index maps each entry's
+//! events to one contiguous run of sequence numbers.)
 
 use std::sync::{Arc, Mutex};
 
@@ -15,7 +19,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tributary_raft::openraft_api::ClientWriteError;
 use tributary_raft::{
-    AppendBatch, AppendOutcome, Hibernation, ProducerStamp, Proposal, ProposalResult, Raft,
+    AppendBatch, AppendOutcome, Hibernation, Producer, Proposal, ProposalResult, Raft,
 };
 use tributary_types::{Clock, MonotonicStamp};
 
@@ -32,7 +36,7 @@ const QUEUE_MAX: usize = 8192;
 pub struct Part {
     pub events: Bytes,
     pub event_count: u32,
-    pub producer: Option<ProducerStamp>,
+    pub producer: Option<Producer>,
 }
 
 /// Why a send's entry did not commit. Shared by every send of the entry, so it is cloneable.
@@ -150,12 +154,15 @@ async fn propose(
         .lock()
         .expect("stamp lock poisoned")
         .stamp(clock.now_ms());
-    let proposal = Proposal::Append(AppendBatch {
-        enqueued_time_ms,
-        event_count: batch.iter().map(|q| q.part.event_count).sum(),
-        events,
-        producer: batch[0].part.producer,
-    });
+    let proposal = proposal(
+        AppendBatch {
+            enqueued_time_ms,
+            event_count: batch.iter().map(|q| q.part.event_count).sum(),
+            events,
+            producer: None,
+        },
+        batch[0].part.producer,
+    );
     let (responder, result) = tributary_raft::WriteResponder::complete_only();
     if let Err(fatal) = raft.client_write_ff(proposal, Some(responder)).await {
         let failure = Failure::Other(fatal.to_string());
@@ -177,6 +184,18 @@ async fn propose(
         };
         split(result, batch);
     });
+}
+
+/// The entry for `batch`, stamped by its (only) send's producer, if any.
+pub fn proposal(batch: AppendBatch, producer: Option<Producer>) -> Proposal {
+    match producer {
+        None => Proposal::Append(batch),
+        Some(Producer::EventHubs(stamp)) => Proposal::Append(AppendBatch {
+            producer: Some(stamp),
+            ..batch
+        }),
+        Some(Producer::Kafka(producer)) => Proposal::KafkaAppend { batch, producer },
+    }
 }
 
 /// Hands each send of an entry its share of the entry's result.

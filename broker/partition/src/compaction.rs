@@ -106,10 +106,14 @@ pub fn compact(
             codec::compact_batch(&candidate.batch.events, |index| !removed.contains(&index))
                 .map_err(|source| CompactionError::Events { log_index, source })?;
         let mut entry = candidate.entry.clone();
-        entry.payload = EntryPayload::Normal(Proposal::Append(AppendBatch {
-            events,
-            ..candidate.batch.clone()
-        }));
+        // The entry keeps its kind (a Kafka producer's append stays one).
+        entry.payload =
+            EntryPayload::Normal(candidate.proposal.with_events(events).ok_or_else(|| {
+                CompactionError::Mismatch {
+                    log_index,
+                    message: "not an append entry".to_string(),
+                }
+            })?);
         let bytes = encode_entry(&entry).map_err(|e| CompactionError::Entry {
             log_index,
             message: e.to_string(),
@@ -123,6 +127,7 @@ pub fn compact(
 struct Candidate {
     row: IndexRow,
     entry: tributary_raft::Entry,
+    proposal: Proposal,
     batch: AppendBatch,
     events: Vec<KeyedEvent>,
 }
@@ -146,7 +151,10 @@ fn compactable(
             log_index: row.log_index,
             message: e.to_string(),
         })?;
-        let EntryPayload::Normal(Proposal::Append(batch)) = &entry.payload else {
+        let EntryPayload::Normal(proposal) = &entry.payload else {
+            continue;
+        };
+        let Some(batch) = proposal.append_batch() else {
             continue;
         };
         let log_index = entry.log_id.index;
@@ -179,9 +187,11 @@ fn compactable(
             })
             .collect();
         let batch = batch.clone();
+        let proposal = proposal.clone();
         range.push(Candidate {
             row: *row,
             entry,
+            proposal,
             batch,
             events,
         });

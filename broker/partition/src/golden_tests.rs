@@ -105,6 +105,7 @@ fn applied_state() -> AppliedState {
                 file_time_ms: 1_714_000_002_000,
             }),
         },
+        kafka_producers: Default::default(),
     }
 }
 
@@ -165,6 +166,71 @@ fn applied_state_of_each_format() {
             open_applied,
         );
     }
+}
+
+/// A state with Kafka producers (feature level 2): format 2 only, with the producers after
+/// the rest. Read by the state machine as it opens, and back from the snapshot state it
+/// records, so they survive restarts and travel in snapshots.
+#[test]
+fn applied_state_with_kafka_producers() {
+    use crate::kafka_producers::KafkaProducers;
+    use crate::state_machine::{decode_applied, encode_applied};
+    use tributary_raft::KafkaProducerStamp;
+
+    let mut state = applied_state();
+    let mut producers = KafkaProducers::default();
+    for (producer_id, epoch, base_sequence, first_sequence, log_index) in [
+        (4_096_001, 0, 0, 3_995, 419),
+        (4_096_001, 0, 5, 3_998, 420),
+        (4_096_002, 2, 0, 4_001, 420),
+    ] {
+        let stamp = KafkaProducerStamp {
+            producer_id,
+            epoch,
+            base_sequence,
+        };
+        let outcome = AppendOutcome {
+            first_sequence,
+            first_offset: first_sequence * 20,
+            enqueued_time_ms: 1_714_000_000_000 + first_sequence,
+        };
+        producers.record(stamp, 3, outcome, log_index);
+    }
+    state.kafka_producers = producers;
+    golden::check(
+        &golden_dir(),
+        FORMAT_LATEST,
+        "applied-kafka-producers",
+        &state,
+        |_, state| encode_applied(state).expect("the state encodes").to_vec(),
+        |bytes| {
+            let recorded = runtime().block_on(async {
+                let dir = tempfile::tempdir().expect("a temporary directory");
+                let shard = Shard::open(&dir.path().join("s.redb"), ShardConfig::default())
+                    .map_err(|e| e.to_string())?;
+                write_meta(&shard, MetaKey::Applied, bytes).await;
+                let (mut machine, _) = PartitionStateMachine::open(group(), shard.clone())
+                    .map_err(|e| e.to_string())?;
+                machine
+                    .get_snapshot_builder()
+                    .await
+                    .build_snapshot()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                shard
+                    .meta(group(), MetaKey::SnapshotState)
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| "no snapshot state recorded".to_string())
+            })?;
+            decode_applied(&recorded).map_err(|e| e.to_string())
+        },
+    );
+    // Without Kafka producers, the state encodes exactly as before they existed.
+    let plain = applied_state();
+    assert_eq!(
+        encode_applied(&plain).unwrap(),
+        tributary_raft::encode(&plain).unwrap()
+    );
 }
 
 /// The snapshot metadata a partition records (`MetaKey::Snapshot`), read as

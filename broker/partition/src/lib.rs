@@ -9,6 +9,7 @@ pub mod codec;
 pub mod compaction;
 #[cfg(test)]
 mod golden_tests;
+pub mod kafka_producers;
 pub mod position;
 pub mod retention;
 pub mod state_machine;
@@ -25,8 +26,7 @@ use tributary_raft::openraft_api::{
     ClientWriteError, LinearizableReadError, RaftError, ReadPolicy,
 };
 use tributary_raft::{
-    GroupHost, Hibernation, ProducerStamp, Proposal, ProposalResult, Raft, decode_entry,
-    member_node,
+    GroupHost, Hibernation, Producer, Proposal, ProposalResult, Raft, decode_entry, member_node,
 };
 use tributary_storage::Shard;
 use tributary_types::limits::RECEIVE_BATCH_BYTES_MAX;
@@ -61,6 +61,14 @@ pub enum PartitionError {
         "out of order: the producer's batch has sequence number {received}, but this partition expects {expected} next"
     )]
     OutOfOrder { expected: i64, received: i64 },
+    #[error(
+        "the producer's epoch {received} is older than its epoch {current} this partition has seen: another instance of the producer replaced it"
+    )]
+    StaleProducerEpoch { current: i16, received: i16 },
+    #[error(
+        "this partition has no state for producer {producer_id} (never seen here, or forgotten): start its sequence again at 0"
+    )]
+    UnknownProducer { producer_id: i64 },
 }
 
 /// What a committed append was assigned.
@@ -442,7 +450,7 @@ impl Partition {
         &self,
         events: bytes::Bytes,
         body_bytes: u64,
-        producer: Option<ProducerStamp>,
+        producer: Option<Producer>,
     ) -> Result<Appended, PartitionError> {
         let _permit = self
             .inflight
@@ -456,12 +464,15 @@ impl Partition {
                 let mut stamp = self.stamp.lock().expect("stamp lock poisoned");
                 stamp.stamp(self.clock.now_ms())
             };
-            let proposal = Proposal::Append(tributary_raft::AppendBatch {
-                enqueued_time_ms,
-                event_count,
-                events: events.clone(),
+            let proposal = appender::proposal(
+                tributary_raft::AppendBatch {
+                    enqueued_time_ms,
+                    event_count,
+                    events: events.clone(),
+                    producer: None,
+                },
                 producer,
-            });
+            );
             if let Some(guessed) = self.ack_before_commit(&proposal, &positions).await {
                 return Ok(guessed);
             }
@@ -497,6 +508,12 @@ impl Partition {
         match result {
             ProposalResult::OutOfOrder { expected, received } => {
                 Err(PartitionError::OutOfOrder { expected, received })
+            }
+            ProposalResult::StaleProducerEpoch { current, received } => {
+                Err(PartitionError::StaleProducerEpoch { current, received })
+            }
+            ProposalResult::UnknownProducer { producer_id } => {
+                Err(PartitionError::UnknownProducer { producer_id })
             }
             ProposalResult::Appended(outcome) | ProposalResult::Duplicate(outcome) => {
                 Ok(Appended {
@@ -652,11 +669,13 @@ impl Partition {
                 ))
             })?;
         let entry = decode_entry(&bytes).map_err(storage)?;
-        match entry.payload {
-            tributary_raft::openraft_api::EntryPayload::Normal(Proposal::Append(batch)) => {
-                codec::decode_batch(&batch.events).map_err(storage)
-            }
-            _ => Err(storage(format!(
+        let batch = match &entry.payload {
+            tributary_raft::openraft_api::EntryPayload::Normal(proposal) => proposal.append_batch(),
+            _ => None,
+        };
+        match batch {
+            Some(batch) => codec::decode_batch(&batch.events).map_err(storage),
+            None => Err(storage(format!(
                 "index points at a non-event entry {log_index} of {}",
                 self.group
             ))),

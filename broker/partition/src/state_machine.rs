@@ -14,8 +14,8 @@ use tributary_raft::openraft_api::{
 };
 use tributary_raft::snapshot_stream;
 use tributary_raft::{
-    AppendOutcome, CaptureRange, ProducerStamp, Proposal, ProposalResult, SnapshotData,
-    StoredSnapshot, TypeConfig, decode, decode_entry, encode,
+    AppendOutcome, CaptureRange, KafkaProducerStamp, ProducerStamp, Proposal, ProposalResult,
+    SnapshotData, StoredSnapshot, TypeConfig, decode, decode_entry, encode,
 };
 use tributary_raft::{
     LogId as LogIdT, Snapshot as SnapshotT, SnapshotMeta as SnapshotMetaT,
@@ -26,6 +26,7 @@ use tributary_types::GroupId;
 use tributary_types::format;
 
 use super::codec;
+use super::kafka_producers::{KafkaCheck, KafkaProducers};
 
 /// Durable applied state of a partition, written with the index rows it describes.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -37,6 +38,11 @@ pub struct AppliedState {
     pub producers: BTreeMap<u64, ProducerState>,
     /// How far Capture has written the partition's events.
     pub capture: CaptureProgress,
+    /// Kafka idempotent producers (feature level 2). Not part of this type's own encoding,
+    /// which release 0.1.0 fixed: the encoded state carries them after the rest, only when
+    /// there are any ([`encode_applied`]), so a state without any encodes as before.
+    #[serde(skip)]
+    pub kafka_producers: KafkaProducers,
 }
 
 /// [`AppliedState`] as versions before Capture wrote it; read when the current form does not
@@ -57,16 +63,23 @@ impl From<AppliedStateV1> for AppliedState {
             progress: old.progress,
             producers: old.producers,
             capture: CaptureProgress::default(),
+            kafka_producers: KafkaProducers::default(),
         }
     }
 }
 
 /// Reads an applied state of any format: format 1 (release 0.1.0 and earlier) holds the
 /// current form or the form before Capture; format 2 the current form.
-fn decode_applied(bytes: &[u8]) -> io::Result<AppliedState> {
+pub(crate) fn decode_applied(bytes: &[u8]) -> io::Result<AppliedState> {
     let (version, bytes) = format::split(bytes)?;
     if version > format::FORMAT_LEGACY {
-        return Ok(format::decode_payload(bytes)?);
+        let (mut state, rest): (AppliedState, &[u8]) =
+            postcard::take_from_bytes(bytes).map_err(invalid)?;
+        // Format 2 may end here, or carry Kafka producers after (see `encode_applied`).
+        if !rest.is_empty() {
+            state.kafka_producers = format::decode_payload(rest)?;
+        }
+        return Ok(state);
     }
     match postcard::from_bytes::<AppliedState>(bytes) {
         Ok(state) => Ok(state),
@@ -78,6 +91,23 @@ fn decode_applied(bytes: &[u8]) -> io::Result<AppliedState> {
         },
     }
 }
+
+/// Encodes an applied state (stored, and sent in snapshots): in the format the process
+/// writes, with its Kafka producers after the rest when there are any. Those exist only
+/// once entries of feature level 2 were applied, so every replica reads format 2 by then,
+/// and such a state is always written in it.
+pub fn encode_applied(state: &AppliedState) -> io::Result<bytes::Bytes> {
+    if state.kafka_producers.is_empty() {
+        return encode(state);
+    }
+    let bytes = format::encode_as(KAFKA_PRODUCERS_FORMAT.max(format::write_format()), state)?;
+    postcard::to_extend(&state.kafka_producers, bytes)
+        .map(bytes::Bytes::from)
+        .map_err(invalid)
+}
+
+/// The format that introduced Kafka producers' state.
+const KAFKA_PRODUCERS_FORMAT: u8 = 2;
 
 /// How far Capture has written a partition's events. Part of the applied state, so it is
 /// decided by the log, travels in snapshots, and every new leader goes on from it.
@@ -364,7 +394,43 @@ impl AppliedState {
                 let applied = self.capture.mark(*range, end_sequence);
                 (capture(applied, &self.capture), None)
             }
+            Proposal::KafkaAppend { batch, producer } => {
+                self.apply_kafka_append(log_index, batch, *producer)?
+            }
         })
+    }
+
+    /// Applies a Kafka producer's batch: stored if it is the producer's next one, else
+    /// recognized as a retry of one of its last batches, or refused (see
+    /// [`KafkaProducers::check`]).
+    fn apply_kafka_append(
+        &mut self,
+        log_index: u64,
+        batch: &tributary_raft::AppendBatch,
+        stamp: KafkaProducerStamp,
+    ) -> io::Result<(ProposalResult, Option<IndexRow>)> {
+        let refused = match self.kafka_producers.check(stamp, batch.event_count) {
+            KafkaCheck::Append => None,
+            KafkaCheck::Duplicate(outcome) => Some(ProposalResult::Duplicate(outcome)),
+            KafkaCheck::OutOfOrder { expected, received } => {
+                Some(ProposalResult::OutOfOrder { expected, received })
+            }
+            KafkaCheck::StaleEpoch { current, received } => {
+                Some(ProposalResult::StaleProducerEpoch { current, received })
+            }
+            KafkaCheck::UnknownProducer => Some(ProposalResult::UnknownProducer {
+                producer_id: stamp.producer_id,
+            }),
+        };
+        if let Some(result) = refused {
+            return Ok((result, None));
+        }
+        let (result, row) = self.append_events(log_index, batch)?;
+        if let ProposalResult::Appended(outcome) = &result {
+            self.kafka_producers
+                .record(stamp, batch.event_count, *outcome, log_index);
+        }
+        Ok((result, row))
     }
 
     /// Applies an append entry: assigns sequence numbers and offsets, or recognizes an
@@ -500,7 +566,7 @@ impl RaftStateMachine<TypeConfig> for PartitionStateMachine {
         mutations.push(Mutation::PutMeta {
             group: self.group,
             key: MetaKey::Applied,
-            value: encode(&self.state)?,
+            value: encode_applied(&self.state)?,
         });
         // Lazy: the index and applied state can be rebuilt from the durable log, which
         // openraft re-applies after a crash. Queued, not awaited: the next entries are
@@ -657,7 +723,7 @@ impl PartitionStateMachine {
         mutations.push(Mutation::PutMeta {
             group: self.group,
             key: MetaKey::Applied,
-            value: encode(&state)?,
+            value: encode_applied(&state)?,
         });
         mutations.push(Mutation::PutMeta {
             group: self.group,
@@ -667,7 +733,7 @@ impl PartitionStateMachine {
         mutations.push(Mutation::PutMeta {
             group: self.group,
             key: MetaKey::SnapshotState,
-            value: encode(&state)?,
+            value: encode_applied(&state)?,
         });
         self.shard.write(mutations, Durability::Immediate).await?;
         let mut published = state.progress;
@@ -707,7 +773,7 @@ fn stored_snapshot(
         .map_or(last_index + 1, |row| row.log_index.min(last_index + 1));
     let bytes = shard.log_bytes(group, first_log..=last_index)?;
     Ok(StoredSnapshot {
-        state: encode(&state)?,
+        state: encode_applied(&state)?,
         shard: shard.clone(),
         rows_of: group,
         first_log,
@@ -768,7 +834,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
                     Mutation::PutMeta {
                         group: self.group,
                         key: MetaKey::SnapshotState,
-                        value: encode(&self.state)?,
+                        value: encode_applied(&self.state)?,
                     },
                 ],
                 Durability::Immediate,
@@ -780,6 +846,10 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         })
     }
 }
+
+#[cfg(test)]
+#[path = "state_machine_kafka_tests.rs"]
+mod kafka_tests;
 
 #[cfg(test)]
 mod tests {
@@ -809,7 +879,11 @@ mod tests {
     }
 
     /// Stores `entries` as `group`'s log rows in `shard`, as the log store would.
-    async fn store_entries(shard: &Shard, group: GroupId, entries: &[tributary_raft::Entry]) {
+    pub(super) async fn store_entries(
+        shard: &Shard,
+        group: GroupId,
+        entries: &[tributary_raft::Entry],
+    ) {
         let rows = entries
             .iter()
             .map(|e| Mutation::PutLog {
@@ -821,13 +895,13 @@ mod tests {
         shard.write(rows, Durability::Immediate).await.unwrap();
     }
 
-    fn stream(
+    pub(super) fn stream(
         entries: Vec<tributary_raft::Entry>,
     ) -> impl Stream<Item = io::Result<EntryResponder<TypeConfig>>> + Unpin + Send {
         futures::stream::iter(entries.into_iter().map(|e| Ok((e, None))))
     }
 
-    fn batch(bodies: &[&str], time_ms: i64) -> Proposal {
+    pub(super) fn batch(bodies: &[&str], time_ms: i64) -> Proposal {
         let records: Vec<_> = bodies
             .iter()
             .map(|b| codec::EventRecord {

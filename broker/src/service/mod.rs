@@ -22,6 +22,7 @@ mod diagnostics;
 mod endpoints;
 mod fetch;
 mod manage;
+mod producer_ids;
 mod read;
 mod rules;
 mod send;
@@ -57,8 +58,9 @@ pub use crate::readers::ConnectedReader;
 pub use crate::status::{
     ClusterStatus, NodeStatus, PartitionStatus, ReplicaMoveStatus, ReplicaStatus,
 };
+pub use producer_ids::{KafkaProducer, ProducerIds};
 pub use tributary_controller::state::{CaptureSettings, CleanupPolicy, HubRecord};
-pub use tributary_raft::ProducerStamp;
+pub use tributary_raft::{KafkaProducerStamp, Producer, ProducerStamp};
 pub use tributary_types::{AuthorizationRule, Rights};
 
 /// The broker's API; cheap to clone.
@@ -69,6 +71,8 @@ pub struct Service {
     store: Arc<dyn CheckpointStore>,
     placement: Arc<Placement>,
     readers: Arc<Readers>,
+    /// Kafka producer ids this node hands out.
+    producer_ids: Arc<ProducerIds>,
 }
 
 impl Service {
@@ -84,6 +88,7 @@ impl Service {
             store,
             placement,
             readers: Readers::new(),
+            producer_ids: Arc::default(),
         }
     }
 

@@ -1,6 +1,6 @@
 //! Publishing: validate, route to a partition, throttle, append through Raft, count.
 
-use tributary_raft::ProducerStamp;
+use tributary_raft::Producer;
 use tributary_types::{Offset, PartitionId, Rights, SequenceNumber};
 
 use super::Service;
@@ -21,9 +21,9 @@ pub struct SendRequest {
     pub target: Target,
     /// The events; with [`Target::PartitionKey`] each is stored with that key.
     pub events: Vec<EventRecord>,
-    /// An idempotent producer's id and the sequence number of its first event: a retried
+    /// An idempotent producer's numbering of the send (Event Hubs' or Kafka's): a retried
     /// send is stored once. Needs [`Target::PartitionId`].
-    pub producer: Option<ProducerStamp>,
+    pub producer: Option<Producer>,
 }
 
 /// Where a publication was stored.
@@ -75,6 +75,10 @@ impl Service {
         let index = broker.route(&hub, &request.target)?;
         let producer = match (request.producer, &request.target) {
             (None, _) => None,
+            (Some(Producer::Kafka(stamp)), Target::PartitionId(_)) => {
+                self.kafka_producer_level()?;
+                Some(Producer::Kafka(stamp))
+            }
             (Some(stamp), Target::PartitionId(_)) => Some(stamp),
             _ => {
                 return Err(Error::invalid(

@@ -12,8 +12,9 @@ SETTINGS = json.loads(sys.argv[1])
 
 
 def config(password=None, **extra):
+    ports = SETTINGS.get("kafka_ports") or [SETTINGS["kafka_port"]]
     result = {
-        "bootstrap.servers": f"127.0.0.1:{SETTINGS['kafka_port']}",
+        "bootstrap.servers": ",".join(f"127.0.0.1:{port}" for port in ports),
         "security.protocol": "SASL_PLAINTEXT",
         "sasl.mechanisms": "PLAIN",
         "sasl.username": "$ConnectionString",
@@ -111,4 +112,83 @@ def admin():
     }}), flush=True)
 
 
-{"produce": produce, "wrong_password": wrong_password, "admin": admin}[SETTINGS["scenario"]]()
+def idempotent():
+    """An idempotent producer (enable.idempotence, acks=all) sending numbered records to one
+    partition, paced so that the test can kill the partition's leader while records are in
+    flight; every node is a bootstrap server, so the client can reconnect through another.
+    Prints each acknowledged record's number and offset."""
+    acked = []
+    failed = []
+    fatal = []
+
+    def on_delivery(err, msg):
+        if err is None:
+            acked.append([int(msg.value()), msg.offset()])
+        else:
+            failed.append([int(msg.value()), err.name()])
+
+    def on_error(err):
+        if err.fatal():
+            fatal.append({"code": err.name(), "text": err.str()})
+
+    producer = Producer(config(**{
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "message.timeout.ms": SETTINGS["message_timeout_ms"],
+        "error_cb": on_error,
+    }))
+    count, chunk = SETTINGS["count"], SETTINGS["chunk"]
+    for start in range(0, count, chunk):
+        for i in range(start, min(count, start + chunk)):
+            while True:
+                try:
+                    producer.produce(SETTINGS["topic"], value=str(i).encode(),
+                                     partition=SETTINGS["partition"], on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        producer.poll(SETTINGS["pause_s"])
+    left = producer.flush(SETTINGS["flush_s"])
+    print(json.dumps({"summary": {"acked": acked, "failed": failed, "fatal": fatal, "left": left}}),
+          flush=True)
+
+
+def kafka_python_idempotent():
+    """kafka-python 3 with its defaults (idempotence on: it calls InitProducerId), sending
+    numbered records to one partition."""
+    from kafka import KafkaProducer
+
+    ports = SETTINGS.get("kafka_ports") or [SETTINGS["kafka_port"]]
+    producer = KafkaProducer(
+        bootstrap_servers=[f"127.0.0.1:{port}" for port in ports],
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="PLAIN",
+        sasl_plain_username="$ConnectionString",
+        sasl_plain_password=SETTINGS["connection_string"],
+    )
+    futures = [
+        producer.send(SETTINGS["topic"], value=str(i).encode(), partition=SETTINGS["partition"])
+        for i in range(SETTINGS["count"])
+    ]
+    producer.flush(60)
+    acked = []
+    errors = []
+    for i, future in enumerate(futures):
+        try:
+            acked.append([i, future.get(timeout=10).offset])
+        except Exception as err:  # reported to the test, which fails on any
+            errors.append(f"{i}: {err!r}")
+    idempotent = producer.config.get("enable_idempotence")
+    producer.close(10)
+    print(json.dumps({"summary": {"acked": acked, "errors": errors, "idempotent": idempotent}}),
+          flush=True)
+
+
+{
+    "produce": produce,
+    "wrong_password": wrong_password,
+    "admin": admin,
+    "idempotent": idempotent,
+    "kafka_python_idempotent": kafka_python_idempotent,
+}[SETTINGS["scenario"]]()

@@ -20,19 +20,33 @@ use tributary_types::partition_for_key;
 
 const SCRIPT: &str = include_str!("kafka_clients.py");
 const ROOT_RULE: &str = "RootManageSharedAccessKey";
-const ROOT_KEY: &str = "a2Fma2EtcHJvZHVjZS10ZXN0LXJvb3Qta2V5LTAwMDE=";
+pub(super) const ROOT_KEY: &str = "a2Fma2EtcHJvZHVjZS10ZXN0LXJvb3Qta2V5LTAwMDE=";
 const HUB: &str = "orders";
 const PARTITIONS: u32 = 4;
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
 /// The create timestamps confluent-kafka gives its records: this plus the record's index.
 const TIMESTAMP_BASE: i64 = 1_600_000_000_000;
 
-fn connection_string(key: &str) -> String {
+pub(super) fn connection_string(key: &str) -> String {
     format!("Endpoint=sb://127.0.0.1/;SharedAccessKeyName={ROOT_RULE};SharedAccessKey={key}")
 }
 
-async fn start(
+pub(super) async fn start(
     name: &str,
+) -> Option<(
+    TestDir,
+    LocalCluster,
+    Client,
+    std::path::PathBuf,
+    std::path::PathBuf,
+)> {
+    start_with_env(name, &[]).await
+}
+
+/// [`start`] with more environment for every node.
+pub(super) async fn start_with_env(
+    name: &str,
+    env: &[(&str, &str)],
 ) -> Option<(
     TestDir,
     LocalCluster,
@@ -47,7 +61,7 @@ async fn start(
         dir.path(),
         3,
         &["--auth".to_owned(), "sas".to_owned()],
-        &[("TRIBUTARY_ROOT_KEY", ROOT_KEY)],
+        &[&[("TRIBUTARY_ROOT_KEY", ROOT_KEY)], env].concat(),
     )
     .await;
     let root = Client::from_connection_string_with(
@@ -111,7 +125,7 @@ async fn run_kcat(
         .unwrap()
 }
 
-async fn run_python(venv: &Path, settings: Json) -> Json {
+pub(super) async fn run_python(venv: &Path, settings: Json) -> Json {
     let output = tokio::time::timeout(
         CLIENT_TIMEOUT,
         tokio::process::Command::new(venv.join("bin/python"))

@@ -360,6 +360,8 @@ fn backend_error(err: Error) -> BackendError {
         ErrorKind::AlreadyExists
         | ErrorKind::InvalidArgument
         | ErrorKind::OutOfOrderSequence
+        | ErrorKind::InvalidProducerEpoch
+        | ErrorKind::UnknownProducer
         | ErrorKind::NotOwner => BackendErrorKind::InvalidArgument,
         ErrorKind::MessageTooLarge => BackendErrorKind::MessageSizeExceeded,
         ErrorKind::ReaderDisconnected => BackendErrorKind::LinkStolen,

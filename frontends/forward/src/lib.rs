@@ -20,9 +20,9 @@ use tonic::{Request, Response, Status};
 use tributary_proto::peer::forward_client::ForwardClient;
 use tributary_proto::peer::forward_server::{Forward, ForwardServer};
 use tributary_proto::peer::{
-    ForwardFetchReply, ForwardFetchRequest, ForwardPosition, ForwardPropertiesReply,
-    ForwardPropertiesRequest, ForwardReadBatch, ForwardReadRequest, ForwardSendReply,
-    ForwardSendRequest, forward_position,
+    ForwardFetchReply, ForwardFetchRequest, ForwardKafkaProducer, ForwardPosition,
+    ForwardPropertiesReply, ForwardPropertiesRequest, ForwardReadBatch, ForwardReadRequest,
+    ForwardSendReply, ForwardSendRequest, forward_position,
 };
 
 use tributary_types::limits::{PUBLISH_BYTES_MAX_LIMIT, RECEIVE_BATCH_BYTES_MAX};
@@ -30,8 +30,9 @@ use tributary_types::{NodeId, Offset, PartitionId, Rights, SequenceNumber};
 
 use tributary_broker::partition::codec;
 use tributary_broker::service::{
-    FetchBatch, FetchRequest, PartitionProperties, Position, ProducerStamp, ReadBatch, ReadEvent,
-    ReadRequest, ReadStream, SendReply, SendRequest, Service, Target,
+    FetchBatch, FetchRequest, KafkaProducerStamp, PartitionProperties, Position, Producer,
+    ProducerStamp, ReadBatch, ReadEvent, ReadRequest, ReadStream, SendReply, SendRequest, Service,
+    Target,
 };
 use tributary_broker::{Credential, Error, ErrorKind, Scope};
 
@@ -261,9 +262,19 @@ impl AnyNode {
         index: u16,
     ) -> Result<SendReply, Error> {
         let mut client = self.forward_client(node)?;
-        let (producer_id, producer_sequence) = request
-            .producer
-            .map_or((0, 0), |stamp| (stamp.producer_id, stamp.sequence));
+        let (producer_id, producer_sequence, kafka_producer) = match request.producer {
+            None => (0, 0, None),
+            Some(Producer::EventHubs(stamp)) => (stamp.producer_id, stamp.sequence, None),
+            Some(Producer::Kafka(stamp)) => (
+                0,
+                0,
+                Some(ForwardKafkaProducer {
+                    producer_id: stamp.producer_id,
+                    epoch: i32::from(stamp.epoch),
+                    base_sequence: stamp.base_sequence,
+                }),
+            ),
+        };
         let call = client.send(ForwardSendRequest {
             credential: credential_text(credential),
             hub: request.hub.clone(),
@@ -271,6 +282,7 @@ impl AnyNode {
             events: codec::encode_batch(&request.events),
             producer_id,
             producer_sequence,
+            kafka_producer,
         });
         let reply = timed(node, call).await?;
         Ok(SendReply {
@@ -619,10 +631,19 @@ impl Forward for ForwardService {
             .into_iter()
             .map(|decoded| decoded.record)
             .collect();
-        let producer = (request.producer_id != 0).then_some(ProducerStamp {
-            producer_id: request.producer_id,
-            sequence: request.producer_sequence,
-        });
+        let producer = match request.kafka_producer {
+            Some(kafka) => Some(Producer::Kafka(KafkaProducerStamp {
+                producer_id: kafka.producer_id,
+                epoch: i16::try_from(kafka.epoch).map_err(|_| {
+                    Error::invalid(format!("a Kafka producer epoch of {}", kafka.epoch))
+                })?,
+                base_sequence: kafka.base_sequence,
+            })),
+            None => (request.producer_id != 0).then_some(Producer::EventHubs(ProducerStamp {
+                producer_id: request.producer_id,
+                sequence: request.producer_sequence,
+            })),
+        };
         let reply = service
             .send(
                 &credential_from_text(request.credential),

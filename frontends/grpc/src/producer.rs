@@ -1,7 +1,9 @@
 //! `Producer.Send`.
 
 use tonic::{Request, Response, Status};
-use tributary_broker::service::{ProducerStamp, SendRequest, Target};
+use tributary_broker::service::{
+    Producer as ProducerNumbering, ProducerStamp, SendRequest, Target,
+};
 use tributary_proto::v1 as pb;
 use tributary_proto::v1::producer_server::Producer;
 
@@ -27,10 +29,12 @@ impl Producer for GrpcApi {
                 .into_iter()
                 .map(convert::event_record)
                 .collect::<Result<_, _>>()?,
-            producer: (req.producer_id != 0).then_some(ProducerStamp {
-                producer_id: req.producer_id,
-                sequence: req.producer_sequence,
-            }),
+            producer: (req.producer_id != 0).then_some(ProducerNumbering::EventHubs(
+                ProducerStamp {
+                    producer_id: req.producer_id,
+                    sequence: req.producer_sequence,
+                },
+            )),
         };
         let sent = self.service.send(&credential, request).await?;
         Ok(Response::new(pb::SendResponse {

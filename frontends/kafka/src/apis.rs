@@ -19,6 +19,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::CreateTopics, 2, 7),
+    // Idempotent producers only: a transactional id is refused.
+    (ApiKey::InitProducerId, 0, 4),
 ];
 
 /// The versions of `key` served, if any.

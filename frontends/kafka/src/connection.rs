@@ -13,7 +13,7 @@ use tokio::io::{AsyncRead, AsyncWrite, BufReader, BufWriter};
 use tributary_broker::auth::Credential;
 
 use crate::frame::{read_frame, write_frame};
-use crate::{KafkaContext, admin, apis, fetch, guard, handlers, sasl};
+use crate::{KafkaContext, admin, apis, fetch, guard, handlers, producers, sasl};
 
 /// The one SASL mechanism served.
 const PLAIN: &str = "PLAIN";
@@ -229,6 +229,9 @@ pub async fn answer(
         )),
         RequestKind::CreateTopics(request) => Some(ResponseKind::CreateTopics(
             admin::create_topics(context.node.service(), &session.credential, request).await,
+        )),
+        RequestKind::InitProducerId(request) => Some(ResponseKind::InitProducerId(
+            producers::init_producer_id(context, &session.credential, request).await,
         )),
         other => {
             return Err(Closed(format!(

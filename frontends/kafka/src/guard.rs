@@ -274,6 +274,13 @@ pub fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<usize, Malformed>
             })?;
             w.fixed(4 + 1)?; // timeout, validate only (v1+)
         }
+        ApiKey::InitProducerId => {
+            w.string()?; // transactional id
+            w.fixed(4)?; // transaction timeout
+            if v >= 3 {
+                w.fixed(8 + 2)?; // producer id, epoch
+            }
+        }
         ApiKey::SaslHandshake => w.string()?,
         ApiKey::SaslAuthenticate => w.bytes()?,
         other => return Err(Malformed(format!("{other:?} is not served"))),

@@ -9,6 +9,7 @@ use kafka_protocol::messages::describe_configs_request::{
 use kafka_protocol::messages::fetch_request::{
     FetchPartition, FetchRequest, FetchTopic, ForgottenTopic,
 };
+use kafka_protocol::messages::init_producer_id_request::InitProducerIdRequest;
 use kafka_protocol::messages::list_offsets_request::{
     ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
 };
@@ -18,7 +19,9 @@ use kafka_protocol::messages::produce_request::{
 };
 use kafka_protocol::messages::sasl_authenticate_request::SaslAuthenticateRequest;
 use kafka_protocol::messages::sasl_handshake_request::SaslHandshakeRequest;
-use kafka_protocol::messages::{ApiKey, BrokerId, RequestKind, TopicName};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, ProducerId, RequestKind, TopicName, TransactionalId,
+};
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use proptest::prelude::*;
 
@@ -182,6 +185,19 @@ fn request(api: ApiKey, version: i16, topics: usize, partitions: usize) -> Reque
                 })
                 .collect();
             RequestKind::CreateTopics(r)
+        }
+        ApiKey::InitProducerId => {
+            let mut r = InitProducerIdRequest::default();
+            // A transactional id where the request has topics, to walk a string too.
+            if topics > 0 {
+                r.transactional_id = Some(TransactionalId(StrBytes::from_static_str("txn-1")));
+            }
+            r.transaction_timeout_ms = 60_000;
+            if version >= 3 {
+                r.producer_id = ProducerId(4_096_001);
+                r.producer_epoch = 2;
+            }
+            RequestKind::InitProducerId(r)
         }
         other => panic!("{other:?} is not served"),
     }

@@ -18,7 +18,7 @@ use kafka_protocol::messages::{BrokerId, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use tributary_broker::auth::Credential;
 use tributary_broker::error::{Error, ErrorKind};
-use tributary_broker::service::{EventRecord, SendRequest, Target};
+use tributary_broker::service::{EventRecord, KafkaProducerStamp, Producer, SendRequest, Target};
 
 use std::collections::BTreeMap;
 
@@ -34,6 +34,9 @@ pub fn error_code(error: &Error) -> i16 {
             ResponseError::TopicAuthorizationFailed
         }
         ErrorKind::MessageTooLarge => ResponseError::MessageTooLarge,
+        ErrorKind::OutOfOrderSequence => ResponseError::OutOfOrderSequenceNumber,
+        ErrorKind::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
+        ErrorKind::UnknownProducer => ResponseError::UnknownProducerId,
         ErrorKind::InvalidArgument => ResponseError::InvalidRequest,
         ErrorKind::NotLeader { .. } | ErrorKind::Unavailable => ResponseError::NotLeaderOrFollower,
         ErrorKind::ServerBusy { .. } | ErrorKind::QuotaExceeded => {
@@ -156,12 +159,13 @@ pub async fn metadata(
     response
 }
 
-/// A partition's part of a produce request, decoded: the events to send, or why not.
-type Decoded = Result<Vec<EventRecord>, (i16, String)>;
+/// A partition's part of a produce request, decoded: the events to send and the idempotent
+/// producer's numbering of them, or why not.
+type Decoded = Result<(Vec<EventRecord>, Option<KafkaProducerStamp>), (i16, String)>;
 
 fn decode_partition(records: Option<&bytes::Bytes>, budget: &mut usize) -> Decoded {
     let Some(records) = records else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     };
     let batches = records::decode(records, budget).map_err(|err| {
         let code = match err {
@@ -171,17 +175,14 @@ fn decode_partition(records: Option<&bytes::Bytes>, budget: &mut usize) -> Decod
         };
         (code.code(), err.to_string())
     })?;
-    if batches.iter().any(|b| b.producer_id >= 0) {
-        return Err((
-            ResponseError::UnknownProducerId.code(),
-            "idempotent producers are not served yet".to_string(),
-        ));
-    }
-    Ok(batches
+    let producer = records::producer(&batches)
+        .map_err(|err| (ResponseError::CorruptMessage.code(), err.to_string()))?;
+    let events = batches
         .into_iter()
         .flat_map(|b| b.records)
         .map(records::event)
-        .collect())
+        .collect();
+    Ok((events, producer))
 }
 
 /// Produce: each partition's records sent as one publication, all partitions at once.
@@ -233,9 +234,9 @@ pub async fn produce(
                 answer.base_offset = -1;
                 answer.log_append_time_ms = -1;
                 answer.log_start_offset = -1;
-                let events = match decoded {
-                    Ok(events) if events.is_empty() => return answer,
-                    Ok(events) => events,
+                let (events, producer) = match decoded {
+                    Ok((events, _)) if events.is_empty() => return answer,
+                    Ok(decoded) => decoded,
                     Err((code, message)) => {
                         tracing::info!(hub = %hub, partition = index, %message, "refused a Kafka produce");
                         answer.error_code = code;
@@ -247,7 +248,7 @@ pub async fn produce(
                     hub,
                     target: Target::PartitionId(index.to_string()),
                     events,
-                    producer: None,
+                    producer: producer.map(Producer::Kafka),
                 };
                 let sent = match context.node.service().send(credential, send.clone()).await {
                     Err(err) if !context.tells_leader(&err) => {

@@ -8,9 +8,11 @@
 //! partition's leader as its replicas report: `directory.rs`), Produce (acks 0, 1 and all,
 //! every codec; a send reaching a node that does not lead the partition gets
 //! NOT_LEADER_OR_FOLLOWER, or is passed on when clients cannot reach the leader), Fetch
-//! (long polls, at least one event per partition) and ListOffsets (earliest and latest).
-//! ListOffsets by time, the idempotent producer and consumer groups are not served yet: a
-//! request for an API this server does not list in ApiVersions closes the connection.
+//! (long polls, at least one event per partition), ListOffsets (earliest, latest, by
+//! time), DescribeConfigs, CreateTopics and the idempotent producer (InitProducerId; each
+//! partition's state machine checks every producer's sequence numbers, see
+//! `tributary_partition::kafka_producers`). A request for an API this server does not list
+//! in ApiVersions closes the connection.
 //!
 //! Decoding untrusted bytes: kafka-protocol reserves an array's declared length before
 //! reading it (`Vec::with_capacity(n)` with `n` from the request), so `guard.rs` walks every
@@ -27,6 +29,7 @@ pub mod frame;
 mod guard;
 mod handlers;
 pub mod listener;
+mod producers;
 mod records;
 pub mod sasl;
 

@@ -11,7 +11,7 @@
 use std::io::Read;
 
 use bytes::{Buf, Bytes};
-use tributary_broker::service::{EventRecord, Property};
+use tributary_broker::service::{EventRecord, KafkaProducerStamp, Property};
 
 /// The property a key that is not UTF-8 travels in.
 pub const KAFKA_KEY_PROPERTY: &str = "x-opt-kafka-key";
@@ -313,6 +313,41 @@ fn read_record(buf: &mut Bytes, base_timestamp: i64) -> Result<KafkaRecord, Reco
     })
 }
 
+/// The idempotent producer's numbering of a partition's batches: every batch of one
+/// producer and epoch, each starting where the one before ends (the partition checks them
+/// as one run of sequence numbers), or none from a producer without idempotence.
+pub fn producer(batches: &[Batch]) -> Result<Option<KafkaProducerStamp>, RecordsError> {
+    let Some(first) = batches.first().filter(|b| b.producer_id >= 0) else {
+        if batches.iter().any(|b| b.producer_id >= 0) {
+            return Err(corrupt(
+                "batches with and without a producer id in one partition",
+            ));
+        }
+        return Ok(None);
+    };
+    let mut next = i64::from(first.base_sequence);
+    for batch in batches {
+        if batch.producer_id != first.producer_id || batch.producer_epoch != first.producer_epoch {
+            return Err(corrupt(
+                "batches of several producers or epochs in one partition",
+            ));
+        }
+        if i64::from(batch.base_sequence) != next || batch.base_sequence < 0 {
+            return Err(corrupt(format!(
+                "a batch starting at sequence {} where {next} was next",
+                batch.base_sequence
+            )));
+        }
+        // Kafka's sequences wrap to 0 after i32::MAX.
+        next = (next + batch.records.len() as i64) % (i64::from(i32::MAX) + 1);
+    }
+    Ok(Some(KafkaProducerStamp {
+        producer_id: first.producer_id,
+        epoch: first.producer_epoch,
+        base_sequence: first.base_sequence,
+    }))
+}
+
 /// A record as the event stored.
 pub fn event(record: KafkaRecord) -> EventRecord {
     let mut properties: Vec<(String, Property)> = record
@@ -357,6 +392,15 @@ mod tests {
     const BUDGET: usize = 1 << 20;
 
     fn record(key: Option<&[u8]>, value: &[u8], producer_id: i64) -> Record {
+        numbered(
+            key,
+            value,
+            producer_id,
+            if producer_id >= 0 { 40 } else { -1 },
+        )
+    }
+
+    fn numbered(key: Option<&[u8]>, value: &[u8], producer_id: i64, sequence: i32) -> Record {
         let mut headers = IndexMap::new();
         headers.insert(
             StrBytes::from_static_str("h"),
@@ -371,7 +415,7 @@ mod tests {
             producer_epoch: if producer_id >= 0 { 3 } else { -1 },
             timestamp_type: TimestampType::Creation,
             offset: 0,
-            sequence: if producer_id >= 0 { 40 } else { -1 },
+            sequence,
             timestamp: 1_700_000_000_000,
             key: key.map(Bytes::copy_from_slice),
             value: Some(Bytes::copy_from_slice(value)),
@@ -577,5 +621,35 @@ mod tests {
             reseal(&mut bad);
             let _ = decode(&bad.freeze(), &mut budget);
         }
+    }
+
+    #[test]
+    fn an_idempotent_producers_batches_carry_its_numbering() {
+        let first = batch(
+            &[numbered(None, b"a", 7, 40), numbered(None, b"b", 7, 41)],
+            Compression::None,
+        );
+        let second = batch(&[numbered(None, b"c", 7, 42)], Compression::Gzip);
+        let both = Bytes::from([&first[..], &second[..]].concat());
+        let numbering =
+            |bytes: &Bytes| decode(bytes, &mut BUDGET.clone()).and_then(|b| producer(&b));
+        let decoded = decode(&both, &mut BUDGET.clone()).unwrap();
+        assert_eq!(decoded.iter().map(|b| b.records.len()).sum::<usize>(), 3);
+        assert_eq!(
+            numbering(&both).unwrap(),
+            Some(KafkaProducerStamp {
+                producer_id: 7,
+                epoch: 3,
+                base_sequence: 40,
+            })
+        );
+        let plain = batch(&[record(None, b"x", -1)], Compression::None);
+        assert_eq!(numbering(&plain).unwrap(), None);
+        // A gap between batches, or batches of two producers, are refused.
+        let gap = batch(&[numbered(None, b"d", 7, 44)], Compression::None);
+        let gapped = Bytes::from([&first[..], &gap[..]].concat());
+        assert!(matches!(numbering(&gapped), Err(RecordsError::Corrupt(_))));
+        let mixed = Bytes::from([&first[..], &plain[..]].concat());
+        assert!(matches!(numbering(&mixed), Err(RecordsError::Corrupt(_))));
     }
 }

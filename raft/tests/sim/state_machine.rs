@@ -36,7 +36,9 @@ impl Record {
     pub fn of(entry: &Entry) -> Self {
         let payload = match &entry.payload {
             EntryPayload::Blank => Payload::Blank,
-            EntryPayload::Normal(Proposal::Append(batch)) => Payload::Append(batch.events.clone()),
+            EntryPayload::Normal(Proposal::Append(batch) | Proposal::KafkaAppend { batch, .. }) => {
+                Payload::Append(batch.events.clone())
+            }
             EntryPayload::Normal(Proposal::Controller(command)) => {
                 Payload::Controller(command.clone())
             }
@@ -116,7 +118,9 @@ impl RaftStateMachine<TypeConfig> for MemStateMachine {
                         | Proposal::CaptureWindow(_)
                         | Proposal::CaptureMark(_),
                     ) => ProposalResult::None,
-                    EntryPayload::Normal(Proposal::Append(batch)) => {
+                    EntryPayload::Normal(
+                        Proposal::Append(batch) | Proposal::KafkaAppend { batch, .. },
+                    ) => {
                         let outcome = AppendOutcome {
                             first_sequence: state.next_sequence,
                             first_offset: 0,
