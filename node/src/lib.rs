@@ -486,6 +486,7 @@ impl Node {
             advertised: kafka_advertised(&config, kafka_addr.or(kafka_tls_addr)),
             request_bytes_max: config.publish_bytes_max * 2 + REQUEST_OVERHEAD_BYTES,
             clock: clock.clone(),
+            groups: tributary_kafka::Groups::default(),
         });
         let kafka_gate = limits::ConnectionGate::new("kafka", connections.max_connections);
         if let Some(listener) = kafka_listener {

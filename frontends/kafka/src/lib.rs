@@ -7,8 +7,11 @@
 //! a rule's name and key), Metadata (this node as the one broker; sends and fetches are
 //! forwarded to each partition's leader), Produce (acks 0, 1 and all, every codec), Fetch
 //! (long polls, at least one event per partition) and ListOffsets (earliest and latest).
-//! ListOffsets by time, the idempotent producer and consumer groups are not served yet: a
-//! request for an API this server does not list in ApiVersions closes the connection.
+//! Consumer groups with the classic protocol (`groups.rs`): the node leading the controller
+//! group coordinates every group, in memory (`coordinator.rs`); committed offsets are
+//! replicated in the controller's consumer store. ListOffsets by time and the idempotent
+//! producer are not served yet: a request for an API this server does not list in
+//! ApiVersions closes the connection.
 //!
 //! Decoding untrusted bytes: kafka-protocol reserves an array's declared length before
 //! reading it (`Vec::with_capacity(n)` with `n` from the request), so `guard.rs` walks every
@@ -19,11 +22,14 @@
 
 pub mod apis;
 pub mod connection;
+pub mod coordinator;
 mod fetch;
 pub mod frame;
+mod groups;
 mod guard;
 mod handlers;
 pub mod listener;
+pub use groups::Groups;
 mod records;
 pub mod sasl;
 
@@ -43,4 +49,7 @@ pub struct KafkaContext {
     /// The largest request frame read.
     pub request_bytes_max: usize,
     pub clock: Arc<dyn Clock>,
+    /// The Kafka consumer groups this node coordinates (while it leads the controller
+    /// group).
+    pub groups: groups::Groups,
 }
