@@ -78,6 +78,8 @@ pub fn local_status(broker: &Broker) -> LocalStatusReply {
         ready: broker.is_ready(),
         release: tributary_types::format::running_release(),
         feature_level: tributary_types::format::supported_level(),
+        kafka_addr: broker.kafka_addrs().plain.clone().unwrap_or_default(),
+        kafka_tls_addr: broker.kafka_addrs().tls.clone().unwrap_or_default(),
     }
 }
 

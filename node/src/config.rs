@@ -50,24 +50,29 @@ pub struct ServeArgs {
     #[arg(long, value_name = "HOST:PORT|none")]
     pub blob_addr: Option<Listen>,
     /// Address for the Kafka protocol in plain text (Kafka clients: librdkafka, kcat,
-    /// kafka-python, aiokafka), or `none` to turn it off. Off unless given: the front end
-    /// is not complete yet (no consumer groups or idempotent producer), and a malformed
-    /// record batch can still exhaust the node's memory in decoding, so expose it only to
-    /// trusted clients (the usual port is 9092).
-    /// [env: TRIBUTARY_KAFKA_ADDR] [default: none]
+    /// kafka-python, aiokafka), or `none` to turn it off.
+    /// [env: TRIBUTARY_KAFKA_ADDR] [default: 127.0.0.1:9092]
     #[arg(long, value_name = "HOST:PORT|none")]
     pub kafka_addr: Option<Listen>,
     /// Address for the Kafka protocol over TLS, with the client port's certificate
-    /// (--tls-cert), or `none` to turn it off. Off unless given, as --kafka-addr (the usual
-    /// port is 9093).
-    /// [env: TRIBUTARY_KAFKA_TLS_ADDR] [default: none]
+    /// (--tls-cert), or `none` to turn it off.
+    /// [env: TRIBUTARY_KAFKA_TLS_ADDR] [default: 127.0.0.1:9093 when --tls-cert is given,
+    /// else none]
     #[arg(long, value_name = "HOST:PORT|none")]
     pub kafka_tls_addr: Option<Listen>,
-    /// The Kafka address clients are told to connect to (Metadata's broker address) instead
-    /// of the bound --kafka-addr (or --kafka-tls-addr when plain text is off): `host:port`.
-    /// [env: TRIBUTARY_ADVERTISE_KAFKA_ADDR] [default: the bound address]
+    /// The plain-text Kafka address clients are told to connect to (Metadata's broker
+    /// address, FindCoordinator's) instead of the bound --kafka-addr: `host:port`. Every
+    /// node lists every node's advertised address.
+    /// [env: TRIBUTARY_ADVERTISE_KAFKA_ADDR] [default: the bound address; for 0.0.0.0, the
+    /// host of --advertise-client-addr]
     #[arg(long, value_name = "HOST:PORT")]
     pub advertise_kafka_addr: Option<String>,
+    /// The Kafka-over-TLS address clients are told to connect to instead of the bound
+    /// --kafka-tls-addr: `host:port` (the host must match the certificate).
+    /// [env: TRIBUTARY_ADVERTISE_KAFKA_TLS_ADDR] [default: the host of
+    /// --advertise-kafka-addr (or the bound address) with the bound TLS port]
+    #[arg(long, value_name = "HOST:PORT")]
+    pub advertise_kafka_tls_addr: Option<String>,
     /// Address for node-to-node traffic (Raft replication, cluster membership).
     /// [env: TRIBUTARY_PEER_ADDR] [default: 127.0.0.1:7401]
     #[arg(long)]
@@ -254,6 +259,7 @@ struct FileConfig {
     kafka_addr: Option<Listen>,
     kafka_tls_addr: Option<Listen>,
     advertise_kafka_addr: Option<String>,
+    advertise_kafka_tls_addr: Option<String>,
     node_id: Option<u64>,
     capacity_units: Option<u32>,
     zone: Option<String>,
@@ -389,8 +395,10 @@ pub struct NodeConfig {
     /// The Kafka listeners, plain text and TLS, if on.
     pub kafka_addr: Option<SocketAddr>,
     pub kafka_tls_addr: Option<SocketAddr>,
-    /// The Kafka address clients are told (`host:port`), when not the bound one.
+    /// The Kafka addresses clients are told (`host:port`), plain text and TLS, when not
+    /// the bound ones.
     pub advertise_kafka_addr: Option<String>,
+    pub advertise_kafka_tls_addr: Option<String>,
     pub node_id: u64,
     pub capacity_units: u32,
     pub zone: Option<String>,
@@ -435,6 +443,7 @@ impl NodeConfig {
             kafka_addr: Some("127.0.0.1:0".parse().expect("valid")),
             kafka_tls_addr: None,
             advertise_kafka_addr: None,
+            advertise_kafka_tls_addr: None,
             node_id: 1,
             capacity_units: 1,
             zone: None,
@@ -615,7 +624,8 @@ impl ServeArgs {
             .kafka_addr
             .or(env("TRIBUTARY_KAFKA_ADDR")?)
             .or(file.kafka_addr)
-            .and_then(Listen::addr);
+            .unwrap_or(Listen::At(KAFKA_ADDR_DEFAULT.parse().expect("valid")))
+            .addr();
         let kafka_tls_addr = match self
             .kafka_tls_addr
             .or(env("TRIBUTARY_KAFKA_TLS_ADDR")?)
@@ -626,6 +636,7 @@ impl ServeArgs {
                  and --tls-key, or turn Kafka over TLS off with --kafka-tls-addr none"
             ),
             Some(listen) => listen.addr(),
+            None if tls.client.is_some() => Some(KAFKA_TLS_ADDR_DEFAULT.parse().expect("valid")),
             None => None,
         };
         let advertise_kafka_addr = advertised(
@@ -634,6 +645,12 @@ impl ServeArgs {
                 .or(file.advertise_kafka_addr),
             "--advertise-kafka-addr",
         )?;
+        let advertise_kafka_tls_addr = advertised(
+            self.advertise_kafka_tls_addr
+                .or(env("TRIBUTARY_ADVERTISE_KAFKA_TLS_ADDR")?)
+                .or(file.advertise_kafka_tls_addr),
+            "--advertise-kafka-tls-addr",
+        )?;
         let config = NodeConfig {
             amqp_addr,
             amqps_addr,
@@ -641,6 +658,7 @@ impl ServeArgs {
             kafka_addr,
             kafka_tls_addr,
             advertise_kafka_addr,
+            advertise_kafka_tls_addr,
             connections,
             placement,
             retention,
@@ -852,6 +870,10 @@ pub const AMQPS_ADDR_DEFAULT: &str = "127.0.0.1:5671";
 /// The Blob checkpoint endpoint's default address: port 10000, which the Azure Storage
 /// clients take for path-style (emulator) addressing.
 pub const BLOB_ADDR_DEFAULT: &str = "127.0.0.1:10000";
+/// Where the Kafka protocol listens unless told otherwise: plain text, and TLS when the
+/// client port has a certificate.
+pub const KAFKA_ADDR_DEFAULT: &str = "127.0.0.1:9092";
+pub const KAFKA_TLS_ADDR_DEFAULT: &str = "127.0.0.1:9093";
 
 /// A listener's setting: an address, or `none` (off).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1219,9 +1241,24 @@ mod tests {
     }
 
     #[test]
-    fn kafka_listeners_are_off_unless_given_and_tls_needs_a_certificate() {
+    fn kafka_listeners_default_on_with_tls_when_there_is_a_certificate() {
         let config = ServeArgs::default().resolve().unwrap();
-        assert_eq!((config.kafka_addr, config.kafka_tls_addr), (None, None));
+        assert_eq!(
+            (config.kafka_addr, config.kafka_tls_addr),
+            (Some(KAFKA_ADDR_DEFAULT.parse().unwrap()), None)
+        );
+        let with_tls = ServeArgs {
+            tls_cert: Some("c.pem".into()),
+            tls_key: Some("c.key".into()),
+            kafka_addr: Some("none".parse().unwrap()),
+            ..ServeArgs::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(
+            (with_tls.kafka_addr, with_tls.kafka_tls_addr),
+            (None, Some(KAFKA_TLS_ADDR_DEFAULT.parse().unwrap()))
+        );
         let on = ServeArgs {
             kafka_addr: Some("127.0.0.1:9092".parse().unwrap()),
             advertise_kafka_addr: Some("kafka-1.example.internal:9092".into()),

@@ -130,26 +130,37 @@ fn blob_tls_config(client_port: &rustls::ServerConfig) -> rustls::ServerConfig {
     config
 }
 
-/// The Kafka address clients are told: `--advertise-kafka-addr`, else the bound listener's
-/// (with the advertised client host when bound to every interface).
-fn kafka_advertised(config: &NodeConfig, bound: Option<SocketAddr>) -> (String, u16) {
-    if let Some((host, port)) = config
-        .advertise_kafka_addr
-        .as_deref()
-        .and_then(|a| a.rsplit_once(':'))
-        .and_then(|(host, port)| Some((host.to_string(), port.parse().ok()?)))
-    {
-        return (host, port);
-    }
-    let bound = bound.unwrap_or_else(|| "127.0.0.1:9092".parse().expect("valid"));
-    let host = match (bound.ip().is_unspecified(), &config.advertise_client_addr) {
-        (true, Some(client)) => client
+/// A host and port clients are told to connect to.
+type HostPort = (String, u16);
+
+/// The Kafka addresses clients are told, plain text and TLS: `--advertise-kafka-addr` and
+/// `--advertise-kafka-tls-addr`, else the bound listener's port with the advertised host
+/// (for a listener bound to 0.0.0.0, the host of `--advertise-client-addr`).
+fn kafka_advertised(
+    config: &NodeConfig,
+    plain: Option<SocketAddr>,
+    tls: Option<SocketAddr>,
+) -> (Option<HostPort>, Option<HostPort>) {
+    let given = |addr: &Option<String>| addr.as_deref().and_then(tributary_kafka::directory::split);
+    let host = |bound: SocketAddr| match (
+        given(&config.advertise_kafka_addr),
+        bound.ip().is_unspecified(),
+        &config.advertise_client_addr,
+    ) {
+        (Some((host, _)), _, _) => host,
+        (None, true, Some(client)) => client
             .rsplit_once(':')
             .map_or(client.as_str(), |(host, _)| host)
             .to_string(),
-        _ => bound.ip().to_string(),
+        (None, _, _) => bound.ip().to_string(),
     };
-    (host, bound.port())
+    let plain = plain.map(|bound| {
+        given(&config.advertise_kafka_addr).unwrap_or_else(|| (host(bound), bound.port()))
+    });
+    let tls = tls.map(|bound| {
+        given(&config.advertise_kafka_tls_addr).unwrap_or_else(|| (host(bound), bound.port()))
+    });
+    (plain, tls)
 }
 
 /// The AMQP connection limits from the node's settings.
@@ -480,23 +491,39 @@ impl Node {
         }
         let service = Service::new(broker.clone(), auth, store, placement);
         forward.set(service.clone());
-        let kafka = Arc::new(tributary_kafka::KafkaContext {
-            node: tributary_forward::AnyNode::new(service.clone()),
-            node_id: i32::try_from(node_id.0).unwrap_or(i32::MAX),
-            advertised: kafka_advertised(&config, kafka_addr.or(kafka_tls_addr)),
-            request_bytes_max: config.publish_bytes_max * 2 + REQUEST_OVERHEAD_BYTES,
-            clock: clock.clone(),
-            groups: tributary_kafka::Groups::default(),
+        let (kafka_plain, kafka_tls) = kafka_advertised(&config, kafka_addr, kafka_tls_addr);
+        let joined = |addr: &Option<HostPort>| {
+            addr.as_ref().map(|(host, port)| match host.contains(':') {
+                true => format!("[{host}]:{port}"),
+                false => format!("{host}:{port}"),
+            })
+        };
+        broker.set_kafka_addrs(tributary_broker::service::KafkaAddrs {
+            plain: joined(&kafka_plain),
+            tls: joined(&kafka_tls),
         });
+        let kafka_directory = Arc::new(tributary_kafka::directory::Directory::default());
+        let kafka_groups = Arc::new(tributary_kafka::Groups::default());
+        let kafka_context = |tls: bool, advertised: (String, u16)| {
+            Arc::new(tributary_kafka::KafkaContext {
+                node: tributary_forward::AnyNode::new(service.clone()),
+                tls,
+                advertised,
+                directory: kafka_directory.clone(),
+                groups: kafka_groups.clone(),
+                request_bytes_max: config.publish_bytes_max * 2 + REQUEST_OVERHEAD_BYTES,
+                clock: clock.clone(),
+            })
+        };
         let kafka_gate = limits::ConnectionGate::new("kafka", connections.max_connections);
-        if let Some(listener) = kafka_listener {
+        if let (Some(listener), Some(advertised)) = (kafka_listener, kafka_plain) {
             tasks.spawn(tributary_kafka::listener::serve_listener(
                 limits::incoming(listener, kafka_gate.clone(), connections.idle_timeout),
-                kafka.clone(),
+                kafka_context(false, advertised),
                 shutdown_rx.clone(),
             ));
         }
-        if let Some(listener) = kafka_tls_listener {
+        if let (Some(listener), Some(advertised)) = (kafka_tls_listener, kafka_tls) {
             let mut tls_config = node_tls
                 .client_port
                 .as_deref()
@@ -512,7 +539,7 @@ impl Node {
                     kafka_gate,
                     connections.idle_timeout,
                 ),
-                kafka,
+                kafka_context(true, advertised),
                 shutdown_rx.clone(),
             ));
         }

@@ -57,6 +57,15 @@ pub struct Broker {
     swept: std::sync::atomic::AtomicBool,
     /// Set when the node shuts down: open reader streams end so the server can drain.
     closing: tokio::sync::watch::Sender<bool>,
+    /// The node's Kafka listeners as clients reach them, told to every node asking.
+    kafka_addrs: std::sync::OnceLock<KafkaAddrs>,
+}
+
+/// A node's Kafka listeners as clients are told to reach them (`host:port`), if on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KafkaAddrs {
+    pub plain: Option<String>,
+    pub tls: Option<String>,
 }
 
 impl Broker {
@@ -78,7 +87,21 @@ impl Broker {
             reconcile: tokio::sync::Mutex::new(()),
             swept: std::sync::atomic::AtomicBool::new(false),
             closing: tokio::sync::watch::channel(false).0,
+            kafka_addrs: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Records the node's advertised Kafka addresses (once, before its listeners open).
+    pub fn set_kafka_addrs(&self, addrs: KafkaAddrs) {
+        let _ = self.kafka_addrs.set(addrs);
+    }
+
+    pub fn kafka_addrs(&self) -> &KafkaAddrs {
+        static NONE: KafkaAddrs = KafkaAddrs {
+            plain: None,
+            tls: None,
+        };
+        self.kafka_addrs.get().unwrap_or(&NONE)
     }
 
     /// Whether the first reconciliation pass is done: assigned replicas started, stored

@@ -19,6 +19,7 @@
 
 mod blob;
 mod diagnostics;
+mod endpoints;
 mod fetch;
 mod kafka;
 mod manage;
@@ -38,6 +39,7 @@ use crate::readers::Readers;
 
 pub use blob::{BLOB_METADATA_BYTES_MAX, BlobCondition, BlobKind, BlobPut, BlobView, BlobWrite};
 pub use diagnostics::{REPLICA_EVENTS_PAGE_DEFAULT, REPLICA_EVENTS_PAGE_MAX, ReplicaEvents};
+pub use endpoints::Endpoints;
 pub use fetch::{FetchBatch, FetchRequest};
 pub use kafka::{
     KAFKA_GROUP_ID_LEN_MAX, KAFKA_OFFSET_METADATA_BYTES_MAX, KafkaOffset, KafkaOffsetCommit,
@@ -52,7 +54,7 @@ pub use send::{SendReply, SendRequest};
 pub use store::{Checkpoint, CheckpointUpdate, Claim, ClaimRequest, Ownership};
 
 // The domain types the calls take and return.
-pub use crate::broker::Target;
+pub use crate::broker::{KafkaAddrs, Target};
 pub use crate::partition::ReadEvent;
 pub use crate::partition::codec::{AMQP_EXTRAS_PROPERTY, EventRecord, Property};
 pub use crate::partition::position::Position;

@@ -5,8 +5,8 @@
 //! member started later resumes from the committed offsets, which the cluster replicates
 //! and `tributary group show --kafka` shows.
 //!
-//! The coordinator is the node leading the controller group; until nodes know each other's
-//! Kafka addresses, clients bootstrap from it.
+//! The coordinator is the node leading the controller group; clients bootstrap from another
+//! node and find it with FindCoordinator.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -165,11 +165,12 @@ async fn a_confluent_kafka_group_shares_rebalances_and_resumes_from_its_commits(
         },
     )
     .await;
-    let coordinator = &cluster.nodes[usize::try_from(leader).unwrap() - 1];
+    // Clients bootstrap from a node that does not coordinate the groups.
+    let bootstrap = &cluster.nodes[usize::try_from(leader).unwrap() % 3];
     let settings = |scenario: &str| {
         json!({
             "scenario": scenario,
-            "kafka_port": coordinator.kafka_addr().port(),
+            "kafka_port": bootstrap.kafka_addr().port(),
             "connection_string": connection_string(),
             "topic": HUB,
             "partitions": PARTITIONS,
@@ -219,10 +220,9 @@ async fn a_confluent_kafka_group_shares_rebalances_and_resumes_from_its_commits(
         .collect();
     assert_eq!(committed, vec![2 * COUNT; PARTITIONS as usize], "{summary}");
 
-    // The offsets are the cluster's: shown through another node.
-    let other = &cluster.nodes[usize::try_from(leader).unwrap() % 3];
+    // The offsets are the cluster's: shown through a node that does not coordinate.
     assert_eq!(
-        shown_offsets(&other.endpoint()).await,
+        shown_offsets(&bootstrap.endpoint()).await,
         vec![json!(2 * COUNT); PARTITIONS as usize]
     );
 

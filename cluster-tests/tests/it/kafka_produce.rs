@@ -172,32 +172,56 @@ async fn kcat_and_confluent_kafka_produce_through_any_node() {
     let node = &cluster.nodes[1];
     let port = node.kafka_addr().port();
 
-    // Metadata: the node is the one broker, and leads every partition as clients see it.
-    let listing = run_kcat(&kcat, port, &["-L", "-J"], None).await;
-    assert!(listing.status.success(), "{listing:?}");
-    let metadata: Json = serde_json::from_slice(&listing.stdout).unwrap();
-    assert_eq!(
-        metadata["brokers"],
-        json!([{"id": 2, "name": format!("127.0.0.1:{port}")}]),
-        "{metadata}"
-    );
-    let topic = metadata["topics"]
-        .as_array()
-        .unwrap()
+    // Metadata: every node is a broker at its own Kafka port, and each partition's leader
+    // is the node that leads it (as the cluster status says), so clients go straight there.
+    let brokers: Vec<Json> = cluster
+        .nodes
         .iter()
-        .find(|t| t["topic"] == json!(HUB))
-        .unwrap_or_else(|| panic!("{metadata}"));
-    assert_eq!(
-        topic["partitions"].as_array().unwrap().len(),
-        PARTITIONS as usize
-    );
-    assert!(
-        topic["partitions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|p| p["leader"] == json!(2))
-    );
+        .enumerate()
+        .map(|(i, n)| json!({"id": i + 1, "name": format!("127.0.0.1:{}", n.kafka_addr().port())}))
+        .collect();
+    eventually(
+        Duration::from_secs(60),
+        "Kafka metadata naming every node and each partition's leader",
+        async || {
+            let status = root.cluster_status().await.map_err(|e| e.to_string())?;
+            let listing = run_kcat(&kcat, port, &["-L", "-J"], None).await;
+            if !listing.status.success() {
+                return Err(format!("{listing:?}"));
+            }
+            let metadata: Json = serde_json::from_slice(&listing.stdout).unwrap();
+            let mut listed = metadata["brokers"].as_array().cloned().unwrap_or_default();
+            listed.sort_by_key(|b| b["id"].as_u64());
+            assert_eq!(listed, brokers, "{metadata}");
+            let topic = metadata["topics"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["topic"] == json!(HUB))
+                .unwrap_or_else(|| panic!("{metadata}"))
+                .clone();
+            let partitions = topic["partitions"].as_array().unwrap();
+            assert_eq!(partitions.len(), PARTITIONS as usize);
+            for partition in partitions {
+                let id = partition["partition"].to_string();
+                let leader = status
+                    .partitions
+                    .iter()
+                    .find(|p| p.event_hub == HUB && p.partition_id == id)
+                    .map(|p| p.leader);
+                assert_eq!(
+                    partition["replicas"].as_array().unwrap().len(),
+                    3,
+                    "{partition}"
+                );
+                if leader != partition["leader"].as_u64() {
+                    return Err(format!("status leader {leader:?}, metadata {partition}"));
+                }
+            }
+            Ok(())
+        },
+    )
+    .await;
 
     // kcat -P with keys, to partition 2: read back through gRPC, keys as partition keys.
     let produced = run_kcat(

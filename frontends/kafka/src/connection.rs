@@ -212,12 +212,9 @@ pub async fn answer(
             }
             Some(ResponseKind::SaslAuthenticate(response))
         }
-        RequestKind::Metadata(request) => Some(ResponseKind::Metadata(handlers::metadata(
-            context,
-            &session.credential,
-            request,
-            version,
-        ))),
+        RequestKind::Metadata(request) => Some(ResponseKind::Metadata(
+            handlers::metadata(context, &session.credential, request, version).await,
+        )),
         RequestKind::Fetch(request) => Some(ResponseKind::Fetch(
             fetch::fetch(context, &session.credential, request).await,
         )),

@@ -28,7 +28,7 @@ use tributary_broker::service::{FetchBatch, FetchRequest, Property, ReadEvent};
 
 use crate::KafkaContext;
 use crate::handlers::error_code;
-use crate::records::KAFKA_KEY_PROPERTY;
+use crate::records::{KAFKA_KEY_PROPERTY, KAFKA_TIMESTAMP_PROPERTY};
 
 /// Events per partition per fetch at most.
 const FETCH_EVENTS_MAX: usize = 4096;
@@ -48,20 +48,23 @@ async fn fetch_one(
     wanted: &Wanted,
     wait: Duration,
 ) -> Result<FetchBatch, Error> {
-    context
+    let request = FetchRequest {
+        hub: wanted.hub.clone(),
+        partition_id: wanted.partition.to_string(),
+        from_sequence: wanted.from,
+        max_events: FETCH_EVENTS_MAX,
+        max_bytes: wanted.max_bytes,
+        wait,
+    };
+    match context
         .node
-        .fetch(
-            credential,
-            FetchRequest {
-                hub: wanted.hub.clone(),
-                partition_id: wanted.partition.to_string(),
-                from_sequence: wanted.from,
-                max_events: FETCH_EVENTS_MAX,
-                max_bytes: wanted.max_bytes,
-                wait,
-            },
-        )
+        .service()
+        .fetch(credential, request.clone())
         .await
+    {
+        Err(err) if !context.tells_leader(&err) => context.node.fetch(credential, request).await,
+        fetched => fetched,
+    }
 }
 
 /// Fetch: every partition read at once; when none has an event, waits up to max_wait_ms
@@ -159,14 +162,20 @@ pub fn encode(events: &[ReadEvent]) -> Bytes {
 }
 
 /// An event as a Kafka record: its partition key (or a key that was not UTF-8) as the key,
-/// the body as the value, the other properties as headers (as text, bytes as they are).
+/// the body as the value, its Kafka producer's timestamp (else the time it was enqueued) as
+/// the timestamp, the other properties as headers (as text, bytes as they are).
 fn record(event: &ReadEvent) -> Record {
     let mut key = event.record.partition_key.clone().map(Bytes::from);
+    let mut timestamp = event.enqueued_time_ms;
     let mut headers = IndexMap::new();
     for (name, value) in event.record.clone().shown_properties() {
         let bytes = match value {
             Property::Bytes(bytes) if name == KAFKA_KEY_PROPERTY => {
                 key = Some(bytes);
+                continue;
+            }
+            Property::TimestampMs(time) if name == KAFKA_TIMESTAMP_PROPERTY => {
+                timestamp = time;
                 continue;
             }
             Property::Bytes(bytes) => bytes,
@@ -184,10 +193,10 @@ fn record(event: &ReadEvent) -> Record {
         partition_leader_epoch: -1,
         producer_id: -1,
         producer_epoch: -1,
-        timestamp_type: TimestampType::LogAppend,
+        timestamp_type: TimestampType::Creation,
         offset: event.sequence,
         sequence: -1,
-        timestamp: event.enqueued_time_ms,
+        timestamp,
         key,
         value: Some(event.record.body.clone()),
         headers,

@@ -3,8 +3,9 @@
 //!
 //! The coordinator of every group is the node leading the controller group: membership
 //! lives in memory there ([`Coordinator`], a state machine this module feeds), committed
-//! offsets in the controller's replicated consumer store. A group request reaching another
-//! node gets NOT_COORDINATOR, and the client asks FindCoordinator again. A node that stops
+//! offsets in the controller's replicated consumer store. FindCoordinator names it, at its
+//! advertised address from the node directory Metadata uses; a group request reaching
+//! another node gets NOT_COORDINATOR, and the client asks FindCoordinator again. A node that stops
 //! leading drops its groups; their members rejoin on the next coordinator.
 //!
 //! JoinGroup and SyncGroup wait: the request parks a sender here and polls the state
@@ -51,12 +52,12 @@ use tributary_broker::service::{
     Rights,
 };
 
-use crate::KafkaContext;
 use crate::coordinator::{
     Answer, Coordinator, CoordinatorConfig, Delivery, GroupState, GroupView, Join, Joined, Sync,
     Synced, code,
 };
 use crate::handlers::error_code;
+use crate::{KafkaContext, directory};
 
 /// How often a waiting JoinGroup or SyncGroup moves the coordinator's clock.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
@@ -165,9 +166,9 @@ pub async fn answer(
     version: i16,
 ) -> ResponseKind {
     match request {
-        RequestKind::FindCoordinator(request) => {
-            ResponseKind::FindCoordinator(find_coordinator(context, credential, request, version))
-        }
+        RequestKind::FindCoordinator(request) => ResponseKind::FindCoordinator(
+            find_coordinator(context, credential, request, version).await,
+        ),
         RequestKind::JoinGroup(request) => ResponseKind::JoinGroup(
             join_group(context, credential, client_id, request, version).await,
         ),
@@ -235,38 +236,62 @@ fn group_id_ok(group: &str) -> bool {
     !group.is_empty() && group.len() <= KAFKA_GROUP_ID_LEN_MAX
 }
 
-fn find_coordinator(
+/// FindCoordinator: the node leading the controller group, at its advertised address for
+/// this listener's kind (plain text or TLS), from the directory Metadata answers from.
+async fn find_coordinator(
     context: &KafkaContext,
     credential: &Credential,
     request: FindCoordinatorRequest,
     version: i16,
 ) -> FindCoordinatorResponse {
     let service = context.node.service();
-    let mut response = FindCoordinatorResponse::default();
-    let error = if request.key_type != 0 {
+    let me = context.me();
+    let coordinator = if request.key_type != 0 {
         // Transactions are not served.
-        Some(ResponseError::CoordinatorNotAvailable.code())
+        Err((
+            ResponseError::CoordinatorNotAvailable.code(),
+            "transactions are not served",
+        ))
     } else if !listens_somewhere(context, credential) {
-        Some(ResponseError::GroupAuthorizationFailed.code())
-    } else if !service.is_kafka_coordinator() {
-        // Until nodes know each other's Kafka addresses, only the coordinator names itself.
-        Some(ResponseError::CoordinatorNotAvailable.code())
+        Err((
+            ResponseError::GroupAuthorizationFailed.code(),
+            "the groups need Listen on an event hub or the namespace",
+        ))
     } else {
-        None
+        match service.kafka_coordinator() {
+            Some(node) if node.0 == me => Ok((me, context.advertised.clone())),
+            Some(node) => {
+                let endpoints = context
+                    .directory
+                    .get(service, directory::METADATA_AGE_MAX)
+                    .await;
+                directory::address(&endpoints, node.0, context.tls)
+                    .map(|address| (node.0, address))
+                    .ok_or((
+                        ResponseError::CoordinatorNotAvailable.code(),
+                        "the coordinator has no Kafka listener of this kind",
+                    ))
+            }
+            None => Err((
+                ResponseError::CoordinatorNotAvailable.code(),
+                "the cluster is electing its controller leader, the groups' coordinator",
+            )),
+        }
     };
-    response.node_id = BrokerId(-1);
-    response.port = -1;
-    match error {
-        Some(code) => {
+    let mut response = FindCoordinatorResponse::default();
+    match coordinator {
+        Err((code, why)) => {
             response.error_code = code;
+            response.node_id = BrokerId(-1);
+            response.port = -1;
             if version >= 1 {
-                response.error_message = Some(text("the coordinator is not known here yet"));
+                response.error_message = Some(text(why));
             }
         }
-        None => {
-            response.node_id = BrokerId(context.node_id);
-            response.host = text(&context.advertised.0);
-            response.port = i32::from(context.advertised.1);
+        Ok((node, (host, port))) => {
+            response.node_id = BrokerId(i32::try_from(node).unwrap_or(i32::MAX));
+            response.host = text(&host);
+            response.port = i32::from(port);
         }
     }
     response

@@ -1,6 +1,8 @@
-//! Metadata and Produce. The node is the cluster's one broker as clients see it (Event
-//! Hubs' model): every partition is led "here", and sends go to the partition's leader
-//! through `tributary-forward`.
+//! Metadata and Produce. Metadata lists every node as a broker (its node id, its advertised
+//! address for the listener asked) and each partition's leader and replicas, so clients
+//! send to leaders; a send reaching another node gets NOT_LEADER_OR_FOLLOWER naming the
+//! leader when clients can reach it, and is passed on to the leader through
+//! `tributary-forward` otherwise (a leader without a Kafka listener, or none elected yet).
 
 use futures::future::join_all;
 use kafka_protocol::error::ResponseError;
@@ -16,9 +18,12 @@ use kafka_protocol::messages::{BrokerId, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use tributary_broker::auth::Credential;
 use tributary_broker::error::{Error, ErrorKind};
-use tributary_broker::service::{SendRequest, Target};
+use tributary_broker::service::{EventRecord, SendRequest, Target};
+
+use std::collections::BTreeMap;
 
 use crate::KafkaContext;
+use crate::directory;
 use crate::records::{self, RecordsError};
 
 /// A broker error as Kafka's code.
@@ -48,13 +53,17 @@ fn topic_id(hub_id: u64) -> uuid::Uuid {
     uuid::Uuid::from_u64_pair(0x7472_6962_7574_6172, hub_id)
 }
 
-pub fn metadata(
+pub async fn metadata(
     context: &KafkaContext,
     credential: &Credential,
     request: MetadataRequest,
     version: i16,
 ) -> MetadataResponse {
     let service = context.node.service();
+    let endpoints = context
+        .directory
+        .get(service, directory::METADATA_AGE_MAX)
+        .await;
     let state = service.broker().runtime().state();
     let visible = |hub: &str| service.granted_rights(credential, hub).is_ok();
     let wanted: Vec<String> = match &request.topics {
@@ -76,15 +85,28 @@ pub fn metadata(
             .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
             .collect(),
     };
-    let node = BrokerId(context.node_id);
+    let me = context.me();
+    // Every node with a listener of this kind, this one always.
+    let mut brokers: BTreeMap<u64, (String, u16)> = endpoints
+        .nodes
+        .keys()
+        .filter_map(|node| Some((*node, directory::address(&endpoints, *node, context.tls)?)))
+        .collect();
+    brokers.insert(me, context.advertised.clone());
+    let broker_id = |node: u64| BrokerId(i32::try_from(node).unwrap_or(i32::MAX));
     let mut response = MetadataResponse::default();
-    let mut broker = MetadataResponseBroker::default();
-    broker.node_id = node;
-    broker.host = text(&context.advertised.0);
-    broker.port = i32::from(context.advertised.1);
-    response.brokers = vec![broker];
+    response.brokers = brokers
+        .iter()
+        .map(|(node, (host, port))| {
+            let mut broker = MetadataResponseBroker::default();
+            broker.node_id = broker_id(*node);
+            broker.host = text(host);
+            broker.port = i32::from(*port);
+            broker
+        })
+        .collect();
     response.cluster_id = Some(text(&state.cluster_id));
-    response.controller_id = node;
+    response.controller_id = broker_id(me);
     response.topics = wanted
         .into_iter()
         .map(|name| {
@@ -99,12 +121,30 @@ pub fn metadata(
                     topic.topic_id = topic_id(u64::from(hub.id.0));
                     topic.partitions = (0..hub.partition_count)
                         .map(|p| {
+                            // The leader its replicas report, when clients of this listener
+                            // can reach it; else this node, which passes calls on to the
+                            // leader (or waits for one to be elected).
+                            let leader = endpoints
+                                .leaders
+                                .get(&(hub.id, p))
+                                .copied()
+                                .filter(|l| brokers.contains_key(l))
+                                .unwrap_or(me);
+                            let mut replicas: Vec<BrokerId> = hub
+                                .replicas
+                                .get(usize::from(p))
+                                .into_iter()
+                                .flatten()
+                                .filter(|n| brokers.contains_key(n) && **n != leader)
+                                .map(|n| broker_id(*n))
+                                .collect();
+                            replicas.insert(0, broker_id(leader));
                             let mut partition = MetadataResponsePartition::default();
                             partition.partition_index = i32::from(p);
-                            partition.leader_id = node;
+                            partition.leader_id = broker_id(leader);
                             partition.leader_epoch = -1;
-                            partition.replica_nodes = vec![node];
-                            partition.isr_nodes = vec![node];
+                            partition.isr_nodes = replicas.clone();
+                            partition.replica_nodes = replicas;
                             partition
                         })
                         .collect();
@@ -116,8 +156,38 @@ pub fn metadata(
     response
 }
 
+/// A partition's part of a produce request, decoded: the events to send, or why not.
+type Decoded = Result<Vec<EventRecord>, (i16, String)>;
+
+fn decode_partition(records: Option<&bytes::Bytes>, budget: &mut usize) -> Decoded {
+    let Some(records) = records else {
+        return Ok(Vec::new());
+    };
+    let batches = records::decode(records, budget).map_err(|err| {
+        let code = match err {
+            RecordsError::Corrupt(_) => ResponseError::CorruptMessage,
+            RecordsError::TooLarge(_) => ResponseError::MessageTooLarge,
+            RecordsError::Transactional => ResponseError::TransactionalIdAuthorizationFailed,
+        };
+        (code.code(), err.to_string())
+    })?;
+    if batches.iter().any(|b| b.producer_id >= 0) {
+        return Err((
+            ResponseError::UnknownProducerId.code(),
+            "idempotent producers are not served yet".to_string(),
+        ));
+    }
+    Ok(batches
+        .into_iter()
+        .flat_map(|b| b.records)
+        .map(records::event)
+        .collect())
+}
+
 /// Produce: each partition's records sent as one publication, all partitions at once.
-/// `None` for acks=0, which Kafka answers with nothing.
+/// `None` for acks=0, which Kafka answers with nothing. Every partition's records are
+/// decoded first, within one budget for the whole request (`request_bytes_max`,
+/// decompressed).
 pub async fn produce(
     context: &KafkaContext,
     credential: &Credential,
@@ -126,54 +196,66 @@ pub async fn produce(
     let acks = request.acks;
     let mut response = ProduceResponse::default();
     let refusal = match acks {
-        -1..=1 if request.transactional_id.is_some() => {
-            Some(ResponseError::TransactionalIdAuthorizationFailed.code())
-        }
+        -1..=1 if request.transactional_id.is_some() => Some((
+            ResponseError::TransactionalIdAuthorizationFailed.code(),
+            "transactions are not supported".to_string(),
+        )),
         -1..=1 => None,
-        _ => Some(ResponseError::InvalidRequiredAcks.code()),
+        _ => Some((
+            ResponseError::InvalidRequiredAcks.code(),
+            format!("acks={acks} (0, 1 or -1 are accepted)"),
+        )),
     };
+    let mut budget = context.request_bytes_max;
     let mut topics = Vec::new();
     for topic in request.topic_data {
         let hub = topic.name.0.to_string();
-        let sends = topic.partition_data.into_iter().map(|data| {
+        let parts: Vec<(i32, Decoded)> = topic
+            .partition_data
+            .into_iter()
+            .map(|data| {
+                let decoded = match &refusal {
+                    Some(refused) => Err(refused.clone()),
+                    None => decode_partition(data.records.as_ref(), &mut budget),
+                };
+                (data.index, decoded)
+            })
+            .collect();
+        topics.push((hub, parts));
+    }
+    let mut answers = Vec::new();
+    for (hub, parts) in topics {
+        let sends = parts.into_iter().map(|(index, decoded)| {
             let hub = hub.clone();
             async move {
                 let mut answer = PartitionProduceResponse::default();
-                answer.index = data.index;
+                answer.index = index;
                 answer.base_offset = -1;
                 answer.log_append_time_ms = -1;
                 answer.log_start_offset = -1;
-                if let Some(code) = refusal {
-                    answer.error_code = code;
-                    return answer;
-                }
-                let records = match data.records.as_ref().map(records::decode) {
-                    None => Ok(Vec::new()),
-                    Some(decoded) => decoded,
-                };
-                let records = match records {
-                    Ok(records) if records.is_empty() => return answer,
-                    Ok(records) => records,
-                    Err(err) => {
-                        tracing::info!(?err, hub = %hub, partition = data.index, "refused a Kafka produce");
-                        answer.error_code = match err {
-                            RecordsError::Corrupt(_) => ResponseError::CorruptMessage.code(),
-                            RecordsError::Idempotent => ResponseError::UnknownProducerId.code(),
-                            RecordsError::Transactional => {
-                                ResponseError::TransactionalIdAuthorizationFailed.code()
-                            }
-                        };
-                        answer.error_message = Some(text(&format!("{err:?}")));
+                let events = match decoded {
+                    Ok(events) if events.is_empty() => return answer,
+                    Ok(events) => events,
+                    Err((code, message)) => {
+                        tracing::info!(hub = %hub, partition = index, %message, "refused a Kafka produce");
+                        answer.error_code = code;
+                        answer.error_message = Some(text(&message));
                         return answer;
                     }
                 };
                 let send = SendRequest {
                     hub,
-                    target: Target::PartitionId(data.index.to_string()),
-                    events: records.into_iter().map(records::event).collect(),
+                    target: Target::PartitionId(index.to_string()),
+                    events,
                     producer: None,
                 };
-                match context.node.send(credential, send).await {
+                let sent = match context.node.service().send(credential, send.clone()).await {
+                    Err(err) if !context.tells_leader(&err) => {
+                        context.node.send(credential, send).await
+                    }
+                    sent => sent,
+                };
+                match sent {
                     Ok(reply) => answer.base_offset = reply.first_sequence.0,
                     Err(err) => {
                         answer.error_code = error_code(&err);
@@ -186,8 +268,8 @@ pub async fn produce(
         let mut answer = TopicProduceResponse::default();
         answer.name = TopicName(text(&hub));
         answer.partition_responses = join_all(sends).await;
-        topics.push(answer);
+        answers.push(answer);
     }
-    response.responses = topics;
+    response.responses = answers;
     (acks != 0).then_some(response)
 }

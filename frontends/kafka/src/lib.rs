@@ -4,8 +4,10 @@
 //! headers the properties.
 //!
 //! Served so far: ApiVersions, SASL PLAIN (`$ConnectionString` and a connection string, or
-//! a rule's name and key), Metadata (this node as the one broker; sends and fetches are
-//! forwarded to each partition's leader), Produce (acks 0, 1 and all, every codec), Fetch
+//! a rule's name and key), Metadata (every node a broker at its advertised address, each
+//! partition's leader as its replicas report: `directory.rs`), Produce (acks 0, 1 and all,
+//! every codec; a send reaching a node that does not lead the partition gets
+//! NOT_LEADER_OR_FOLLOWER, or is passed on when clients cannot reach the leader), Fetch
 //! (long polls, at least one event per partition) and ListOffsets (earliest and latest).
 //! Consumer groups with the classic protocol (`groups.rs`): the node leading the controller
 //! group coordinates every group, in memory (`coordinator.rs`); committed offsets are
@@ -15,14 +17,14 @@
 //!
 //! Decoding untrusted bytes: kafka-protocol reserves an array's declared length before
 //! reading it (`Vec::with_capacity(n)` with `n` from the request), so `guard.rs` walks every
-//! request body first and refuses arrays longer than the request, and `records.rs` bounds
-//! each batch's declared record count. Still open, and why the listeners are off unless
-//! asked for (`--kafka-addr`): a record's declared header count is reserved the same way
-//! inside the record decoder, and compressed batches are decompressed without a size cap.
+//! request body first and refuses arrays longer than the request. Record batches are read
+//! by `records.rs`, which checks every declared count against the bytes left and
+//! decompresses within the request's budget.
 
 pub mod apis;
 pub mod connection;
 pub mod coordinator;
+pub mod directory;
 mod fetch;
 pub mod frame;
 mod groups;
@@ -35,21 +37,44 @@ pub mod sasl;
 
 use std::sync::Arc;
 
+use tributary_broker::error::Error;
 use tributary_forward::AnyNode;
 use tributary_types::Clock;
 
-/// What every connection of a node's Kafka listeners shares.
+use crate::directory::Directory;
+
+/// What every connection of one of a node's Kafka listeners shares.
 pub struct KafkaContext {
     pub node: AnyNode,
-    /// The node id clients see as the broker's.
-    pub node_id: i32,
-    /// The address clients are told to connect to (`--advertise-kafka-addr`, else the
-    /// listener's): host and port.
+    /// Whether this is the TLS listener: Metadata then lists the nodes' TLS addresses.
+    pub tls: bool,
+    /// The address clients are told to connect to for this listener
+    /// (`--advertise-kafka-addr` or `--advertise-kafka-tls-addr`, else the bound one).
     pub advertised: (String, u16),
+    /// The other nodes' addresses and the partitions' leaders (shared by both listeners).
+    pub directory: Arc<Directory>,
     /// The largest request frame read.
     pub request_bytes_max: usize,
     pub clock: Arc<dyn Clock>,
-    /// The Kafka consumer groups this node coordinates (while it leads the controller
-    /// group).
-    pub groups: groups::Groups,
+    /// The Kafka consumer groups this node coordinates while it leads the controller group
+    /// (shared by both listeners).
+    pub groups: Arc<groups::Groups>,
+}
+
+impl KafkaContext {
+    /// This node's id, the broker id clients see.
+    pub fn me(&self) -> u64 {
+        self.node.service().broker().runtime().me.id
+    }
+
+    /// Whether `err` is answered to the client as it is (NOT_LEADER_OR_FOLLOWER naming a
+    /// leader the client can reach), rather than the call being passed on to the leader.
+    pub fn tells_leader(&self, err: &Error) -> bool {
+        directory::names_reachable_leader(
+            err,
+            self.me(),
+            self.directory.last().as_deref(),
+            self.tls,
+        )
+    }
 }
