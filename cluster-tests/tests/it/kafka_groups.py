@@ -27,6 +27,11 @@ def config(**extra):
     return result
 
 
+def error(who, e):
+    """A KafkaError as the Rust test reads it."""
+    return {"who": who, "code": e.name(), "fatal": e.fatal(), "text": e.str()}
+
+
 class Member:
     """A consumer of the group: what it was assigned and what it read."""
 
@@ -43,7 +48,7 @@ class Member:
             "auto.offset.reset": "earliest",
             "session.timeout.ms": 10000,
             "heartbeat.interval.ms": 1000,
-            "error_cb": lambda e: errors.append(f"{name}: {e}"),
+            "error_cb": lambda e: errors.append(error(name, e)),
             **extra,
         }))
         self.consumer.subscribe([TOPIC], on_assign=self.on_assign, on_revoke=self.on_revoke)
@@ -59,7 +64,7 @@ class Member:
                 consumer.commit(asynchronous=False)
             except Exception as e:  # nothing consumed on some partition: nothing to commit
                 if "NO_OFFSET" not in str(e):
-                    self.errors.append(f"{self.name}: commit on revoke: {e}")
+                    self.errors.append({"who": self.name, "code": "COMMIT_ON_REVOKE", "text": str(e)})
         self.assigned = set()
 
     def poll(self):
@@ -70,7 +75,7 @@ class Member:
             if message.error().code() == KafkaError._PARTITION_EOF:
                 self.eof.add(message.partition())
             else:
-                self.errors.append(f"{self.name}: {message.error()}")
+                self.errors.append(error(self.name, message.error()))
             return
         self.read.append([message.partition(), message.offset(), message.value().decode()])
 
@@ -95,13 +100,13 @@ def until(condition, members, what):
 
 def produce(first, count, errors):
     """`count` records to every partition, values `p<partition>-<index>` from `first`."""
-    producer = Producer(config(acks="all", error_cb=lambda e: errors.append(f"producer: {e}")))
+    producer = Producer(config(acks="all", error_cb=lambda e: errors.append(error("producer", e))))
     for p in range(PARTITIONS):
         for i in range(first, first + count):
             producer.produce(TOPIC, value=f"p{p}-{i}", partition=p)
     left = producer.flush(60)
     if left:
-        errors.append(f"{left} records not delivered")
+        errors.append({"who": "producer", "code": "UNDELIVERED", "text": f"{left} records"})
 
 
 def pair():

@@ -62,6 +62,18 @@ async fn run_python(venv: &Path, settings: Json) -> Json {
     summary
 }
 
+/// The clients' errors, but for a busy node's THROTTLING_QUOTA_EXCEEDED, which librdkafka
+/// reports and then retries (a loaded machine makes a node busy now and then).
+fn lasting_errors(summary: &Json) -> Vec<Json> {
+    summary["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["code"] != json!("THROTTLING_QUOTA_EXCEEDED") || e["fatal"] == json!(true))
+        .cloned()
+        .collect()
+}
+
 /// (partition, offset) of records as the script lists them (`[partition, offset, value]`).
 fn records(list: &Json) -> Vec<(i64, i64, String)> {
     list.as_array()
@@ -181,7 +193,7 @@ async fn a_confluent_kafka_group_shares_rebalances_and_resumes_from_its_commits(
 
     // Two members: each partition goes to one of them, and every record is read once.
     let summary = run_python(&venv, settings("pair")).await;
-    assert_eq!(summary["errors"], json!([]), "{summary}");
+    assert_eq!(lasting_errors(&summary), Vec::<Json>::new(), "{summary}");
     let assignment = &summary["first_assignment"];
     let of = |name: &str| -> BTreeSet<i64> {
         assignment[name]
@@ -237,7 +249,7 @@ async fn a_confluent_kafka_group_shares_rebalances_and_resumes_from_its_commits(
             .unwrap();
     }
     let summary = run_python(&venv, settings("restart")).await;
-    assert_eq!(summary["errors"], json!([]), "{summary}");
+    assert_eq!(lasting_errors(&summary), Vec::<Json>::new(), "{summary}");
     assert_exactly(
         &records(&summary["read"]),
         2 * COUNT,
