@@ -11,6 +11,7 @@ use super::Service;
 use crate::auth::{Credential, Scope};
 use crate::error::Error;
 use crate::partition::ReadEvent;
+use crate::partition::position::Position;
 
 /// What to fetch.
 #[derive(Debug, Clone)]
@@ -19,6 +20,9 @@ pub struct FetchRequest {
     pub partition_id: String,
     /// The first sequence number wanted.
     pub from_sequence: i64,
+    /// When set, from the first event enqueued at or after this time (milliseconds) instead
+    /// of `from_sequence` (Kafka's ListOffsets by time).
+    pub from_time_ms: Option<i64>,
     /// Events at most.
     pub max_events: usize,
     /// Body bytes at most, except that a first event is returned whatever its size.
@@ -46,17 +50,26 @@ impl FetchBatch {
 }
 
 impl Service {
-    /// Committed events from `from_sequence` on, read on this node (its leader replica),
-    /// waiting up to `wait` for one when there are none. Needs Listen on the hub.
+    /// Committed events from `from_sequence` (or `from_time_ms`) on, read on this node (its
+    /// leader replica), waiting up to `wait` for one when there are none. Needs Listen on
+    /// the hub.
     pub async fn fetch(
         &self,
         credential: &Credential,
-        request: FetchRequest,
+        mut request: FetchRequest,
     ) -> Result<FetchBatch, Error> {
         self.check(credential, Scope::Hub(&request.hub), Rights::LISTEN)?;
         let hub = self.broker.hub(&request.hub)?;
         let index = self.broker.partition_index(&hub, &request.partition_id)?;
         let partition = self.broker.leader_partition(&hub, index).await?;
+        if let Some(time_ms) = request.from_time_ms {
+            request.from_sequence = partition
+                .resolve(Position::EnqueuedTime {
+                    time_ms,
+                    inclusive: true,
+                })
+                .map_err(|err| self.broker.partition_error(err))?;
+        }
         let mut progress = partition.subscribe();
         let deadline = tokio::time::Instant::now() + request.wait;
         loop {

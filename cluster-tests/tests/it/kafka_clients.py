@@ -5,7 +5,8 @@
 import json
 import sys
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 SETTINGS = json.loads(sys.argv[1])
 
@@ -48,6 +49,7 @@ def produce():
                 value=f"{codec}/value-{i}",
                 partition=i % SETTINGS["partitions"],
                 headers=[("codec", codec.encode()), ("index", str(i).encode())],
+                timestamp=SETTINGS.get("timestamp_base", 0) + i,
                 on_delivery=on_delivery,
             )
         left = producer.flush(60)
@@ -71,4 +73,42 @@ def wrong_password():
     print(json.dumps({"summary": {"errors": errors, "delivered": delivered}}), flush=True)
 
 
-{"produce": produce, "wrong_password": wrong_password}[SETTINGS["scenario"]]()
+def admin():
+    """CreateTopics and DescribeConfigs through AdminClient, and ListOffsets by time."""
+    client = AdminClient(config())
+    outcome = {}
+    name = SETTINGS["new_topic"]
+    topics = [
+        NewTopic(name, num_partitions=3, replication_factor=3,
+                 config={"retention.ms": "7200000", "cleanup.policy": "delete"}),
+        NewTopic(name + "-bad", num_partitions=2, replication_factor=3,
+                 config={"min.insync.replicas": "2"}),
+    ]
+    for topic, future in client.create_topics(topics, request_timeout=30).items():
+        try:
+            future.result()
+            outcome[topic] = "created"
+        except KafkaException as err:
+            outcome[topic] = err.args[0].name()
+    again = client.create_topics([NewTopic(name, num_partitions=3, replication_factor=3)])
+    try:
+        again[name].result()
+        outcome["again"] = "created"
+    except KafkaException as err:
+        outcome["again"] = err.args[0].name()
+    configs = {}
+    for resource, future in client.describe_configs(
+            [ConfigResource(ConfigResource.Type.TOPIC, name)]).items():
+        configs = {key: entry.value for key, entry in future.result().items()}
+    consumer = Consumer(config(**{"group.id": "offsets-for-times"}))
+    wanted = [TopicPartition(SETTINGS["topic"], p, t) for p, t in SETTINGS["times"]]
+    found = consumer.offsets_for_times(wanted, timeout=30)
+    consumer.close()
+    print(json.dumps({"summary": {
+        "created": outcome,
+        "configs": configs,
+        "offsets": [[tp.partition, tp.offset] for tp in found],
+    }}), flush=True)
+
+
+{"produce": produce, "wrong_password": wrong_password, "admin": admin}[SETTINGS["scenario"]]()

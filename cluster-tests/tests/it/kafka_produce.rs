@@ -24,6 +24,8 @@ const ROOT_KEY: &str = "a2Fma2EtcHJvZHVjZS10ZXN0LXJvb3Qta2V5LTAwMDE=";
 const HUB: &str = "orders";
 const PARTITIONS: u32 = 4;
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
+/// The create timestamps confluent-kafka gives its records: this plus the record's index.
+const TIMESTAMP_BASE: i64 = 1_600_000_000_000;
 
 fn connection_string(key: &str) -> String {
     format!("Endpoint=sb://127.0.0.1/;SharedAccessKeyName={ROOT_RULE};SharedAccessKey={key}")
@@ -255,6 +257,7 @@ async fn kcat_and_confluent_kafka_produce_through_any_node() {
             "partitions": PARTITIONS,
             "count": 40,
             "codecs": codecs,
+            "timestamp_base": TIMESTAMP_BASE,
         }),
     )
     .await;
@@ -303,7 +306,7 @@ async fn kcat_and_confluent_kafka_produce_through_any_node() {
             "beginning",
             "-e",
             "-f",
-            "%k=%s@%o\n",
+            "%k=%s@%o#%T\n",
         ],
         None,
     )
@@ -314,17 +317,87 @@ async fn kcat_and_confluent_kafka_produce_through_any_node() {
         .map(str::to_owned)
         .collect();
     assert_eq!(lines.len(), by_partition[&2].len(), "{lines:?}");
-    assert_eq!(lines[0], "k1=first@0");
-    assert_eq!(lines[1], "k2=second@1");
-    for (line, event) in lines.iter().zip(&by_partition[&2]) {
+    assert!(lines[0].starts_with("k1=first@0#"), "{lines:?}");
+    assert!(lines[1].starts_with("k2=second@1#"), "{lines:?}");
+    for (line, event) in lines.iter().zip(&by_partition[&2]).skip(2) {
+        // confluent-kafka's records keep the create timestamps it gave them.
+        let index: i64 = event
+            .partition_key
+            .as_deref()
+            .unwrap()
+            .rsplit('-')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
         let expected = format!(
-            "{}={}@{}",
+            "{}={}@{}#{}",
             event.partition_key.as_deref().unwrap_or(""),
             String::from_utf8_lossy(&event.body),
-            event.sequence_number
+            event.sequence_number,
+            TIMESTAMP_BASE + index
         );
         assert_eq!(line, &expected);
     }
+
+    // AdminClient: CreateTopics makes an event hub (a setting hubs lack is refused, a
+    // second creation too), DescribeConfigs answers its retention; ListOffsets by time
+    // finds the first event enqueued at or after each time.
+    // One time per partition (a client asks once per partition): an event's own time, the
+    // last event's, and a time no event has reached.
+    let probes = [
+        (0u32, by_partition[&0][3].enqueued_time_ms),
+        (1, by_partition[&1].last().unwrap().enqueued_time_ms),
+        (2, i64::MAX / 2),
+    ];
+    let summary = run_python(
+        &venv,
+        json!({
+            "scenario": "admin",
+            "kafka_port": port,
+            "connection_string": connection_string(ROOT_KEY),
+            "topic": HUB,
+            "new_topic": "created-by-kafka",
+            "times": probes.iter().map(|(p, t)| json!([p, t])).collect::<Vec<_>>(),
+        }),
+    )
+    .await;
+    assert_eq!(
+        summary["created"],
+        json!({"created-by-kafka": "created", "created-by-kafka-bad": "INVALID_CONFIG", "again": "TOPIC_ALREADY_EXISTS"}),
+        "{summary}"
+    );
+    let created = root.get_event_hub("created-by-kafka").await.unwrap();
+    assert_eq!(
+        (
+            created.partition_count,
+            created.replication_factor,
+            created.retention_ms
+        ),
+        (3, 3, 7_200_000)
+    );
+    assert!(root.get_event_hub("created-by-kafka-bad").await.is_err());
+    assert_eq!(
+        summary["configs"]["retention.ms"],
+        json!("7200000"),
+        "{summary}"
+    );
+    assert_eq!(
+        summary["configs"]["cleanup.policy"],
+        json!("delete"),
+        "{summary}"
+    );
+    let expected: Vec<Json> = probes
+        .iter()
+        .map(|(p, t)| {
+            let first = by_partition[p]
+                .iter()
+                .find(|e| e.enqueued_time_ms >= *t)
+                .map_or(-1, |e| e.sequence_number);
+            json!([p, first])
+        })
+        .collect();
+    assert_eq!(summary["offsets"], json!(expected), "{summary}");
 
     // An event sent with a partition key over gRPC shows that key, and its properties as
     // headers, to a Kafka consumer.

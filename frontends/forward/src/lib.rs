@@ -352,6 +352,7 @@ impl AnyNode {
             max_events: u32::try_from(request.max_events).unwrap_or(u32::MAX),
             max_bytes: request.max_bytes as u64,
             wait_ms: u32::try_from(request.wait.as_millis()).unwrap_or(u32::MAX),
+            from_time_ms: request.from_time_ms,
         });
         let reply = timed(node, call).await?;
         let events = match reply.batch {
@@ -703,6 +704,7 @@ impl Forward for ForwardService {
                     hub: request.hub,
                     partition_id: partition_text(request.partition),
                     from_sequence: request.from_sequence,
+                    from_time_ms: request.from_time_ms,
                     max_events: request.max_events as usize,
                     max_bytes: usize::try_from(request.max_bytes).unwrap_or(usize::MAX),
                     wait: Duration::from_millis(u64::from(request.wait_ms)).min(FETCH_WAIT_MAX),

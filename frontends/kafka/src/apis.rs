@@ -28,6 +28,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetFetch, 1, 8),
     (ApiKey::ListGroups, 0, 4),
     (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::CreateTopics, 2, 7),
 ];
 
 /// The versions of `key` served, if any.

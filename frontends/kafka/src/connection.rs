@@ -13,7 +13,7 @@ use tokio::io::{AsyncRead, AsyncWrite, BufReader, BufWriter};
 use tributary_broker::auth::Credential;
 
 use crate::frame::{read_frame, write_frame};
-use crate::{KafkaContext, apis, fetch, groups, guard, handlers, sasl};
+use crate::{KafkaContext, admin, apis, fetch, groups, guard, handlers, sasl};
 
 /// The one SASL mechanism served.
 const PLAIN: &str = "PLAIN";
@@ -228,6 +228,12 @@ pub async fn answer(
             let client_id = header.client_id.as_deref().unwrap_or_default();
             Some(groups::answer(context, &session.credential, client_id, request, version).await)
         }
+        RequestKind::DescribeConfigs(request) => Some(ResponseKind::DescribeConfigs(
+            admin::describe_configs(context, &session.credential, request),
+        )),
+        RequestKind::CreateTopics(request) => Some(ResponseKind::CreateTopics(
+            admin::create_topics(context.node.service(), &session.credential, request).await,
+        )),
         other => {
             return Err(Closed(format!(
                 "{:?} is not served",

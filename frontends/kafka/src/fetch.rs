@@ -52,6 +52,7 @@ async fn fetch_one(
         hub: wanted.hub.clone(),
         partition_id: wanted.partition.to_string(),
         from_sequence: wanted.from,
+        from_time_ms: None,
         max_events: FETCH_EVENTS_MAX,
         max_bytes: wanted.max_bytes,
         wait,
@@ -203,7 +204,10 @@ fn record(event: &ReadEvent) -> Record {
     }
 }
 
-/// ListOffsets: -2 the first retained sequence number, -1 (and -3) the next one.
+/// ListOffsets: -2 the first retained sequence number, -1 the next one, -3 the last one
+/// (the latest timestamp), any other
+/// time the first event enqueued at or after it (-1 when there is none yet). Events' times
+/// here are the times the cluster enqueued them, as Event Hubs' positions by time.
 pub async fn list_offsets(
     context: &KafkaContext,
     credential: &Credential,
@@ -219,21 +223,44 @@ pub async fn list_offsets(
                 answer.partition_index = partition.partition_index;
                 answer.timestamp = -1;
                 answer.leader_epoch = -1;
-                let properties = context
-                    .node
-                    .partition_properties(credential, &hub, &partition.partition_index.to_string())
-                    .await;
-                match (properties, partition.timestamp) {
-                    (Err(err), _) => {
-                        answer.error_code = error_code(&err);
-                        answer.offset = -1;
+                answer.offset = -1;
+                let found = match partition.timestamp {
+                    time @ (-3..=-1) => context
+                        .node
+                        .partition_properties(
+                            credential,
+                            &hub,
+                            &partition.partition_index.to_string(),
+                        )
+                        .await
+                        .map(|p| match time {
+                            -2 => (p.begin_sequence.0, -1),
+                            -1 => (p.last_enqueued_sequence.0 + 1, -1),
+                            // The record with the highest timestamp: the last one enqueued.
+                            _ if p.last_enqueued_sequence.0 < 0 => (-1, -1),
+                            _ => (p.last_enqueued_sequence.0, p.last_enqueued_time_ms),
+                        }),
+                    time if time >= 0 => {
+                        let wanted = Wanted {
+                            topic: 0,
+                            hub: hub.clone(),
+                            partition: partition.partition_index,
+                            from: 0,
+                            max_bytes: 1,
+                        };
+                        at_time(context, credential, &wanted, time).await
                     }
-                    (Ok(p), -2) => answer.offset = p.begin_sequence.0,
-                    (Ok(p), -1 | -3) => answer.offset = p.last_enqueued_sequence.0 + 1,
-                    (Ok(_), _) => {
+                    time => {
                         answer.error_code = ResponseError::InvalidRequest.code();
-                        answer.offset = -1;
+                        tracing::debug!(time, "ListOffsets with an unknown special time");
+                        return answer;
                     }
+                };
+                match found {
+                    Ok((offset, timestamp)) => {
+                        (answer.offset, answer.timestamp) = (offset, timestamp)
+                    }
+                    Err(err) => answer.error_code = error_code(&err),
                 }
                 answer
             }
@@ -244,4 +271,36 @@ pub async fn list_offsets(
         response.topics.push(answer);
     }
     response
+}
+
+/// The first event enqueued at or after `time_ms`: its sequence number and time, or -1 and
+/// -1 when there is none yet.
+async fn at_time(
+    context: &KafkaContext,
+    credential: &Credential,
+    wanted: &Wanted,
+    time_ms: i64,
+) -> Result<(i64, i64), Error> {
+    let request = FetchRequest {
+        hub: wanted.hub.clone(),
+        partition_id: wanted.partition.to_string(),
+        from_sequence: 0,
+        from_time_ms: Some(time_ms),
+        max_events: 1,
+        max_bytes: 1,
+        wait: Duration::ZERO,
+    };
+    let batch = match context
+        .node
+        .service()
+        .fetch(credential, request.clone())
+        .await
+    {
+        Err(err) if !context.tells_leader(&err) => context.node.fetch(credential, request).await,
+        fetched => fetched,
+    }?;
+    Ok(batch
+        .events
+        .first()
+        .map_or((-1, -1), |e| (e.sequence, e.enqueued_time_ms)))
 }

@@ -244,6 +244,36 @@ pub fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<usize, Malformed>
                 w.string()?;
             }
         }
+        ApiKey::DescribeConfigs => {
+            w.array(|w| {
+                w.fixed(1)?; // resource type
+                w.string()?;
+                w.array(|w| w.string())?; // configuration keys (nullable)
+                w.tags()
+            })?;
+            w.fixed(1)?; // include synonyms (v1+)
+            if v >= 3 {
+                w.fixed(1)?; // include documentation
+            }
+        }
+        ApiKey::CreateTopics => {
+            w.array(|w| {
+                w.string()?;
+                w.fixed(4 + 2)?; // partitions, replication factor
+                w.array(|w| {
+                    w.fixed(4)?;
+                    w.array(|w| w.fixed(4))?;
+                    w.tags()
+                })?;
+                w.array(|w| {
+                    w.string()?;
+                    w.string()?;
+                    w.tags()
+                })?;
+                w.tags()
+            })?;
+            w.fixed(4 + 1)?; // timeout, validate only (v1+)
+        }
         ApiKey::SaslHandshake => w.string()?,
         ApiKey::SaslAuthenticate => w.bytes()?,
         ApiKey::FindCoordinator => {

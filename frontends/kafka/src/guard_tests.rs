@@ -1,5 +1,11 @@
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_request::ApiVersionsRequest;
+use kafka_protocol::messages::create_topics_request::{
+    CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig, CreateTopicsRequest,
+};
+use kafka_protocol::messages::describe_configs_request::{
+    DescribeConfigsRequest, DescribeConfigsResource,
+};
 use kafka_protocol::messages::describe_groups_request::DescribeGroupsRequest;
 use kafka_protocol::messages::fetch_request::{
     FetchPartition, FetchRequest, FetchTopic, ForgottenTopic,
@@ -25,7 +31,7 @@ use kafka_protocol::messages::produce_request::{
 use kafka_protocol::messages::sasl_authenticate_request::SaslAuthenticateRequest;
 use kafka_protocol::messages::sasl_handshake_request::SaslHandshakeRequest;
 use kafka_protocol::messages::sync_group_request::{SyncGroupRequest, SyncGroupRequestAssignment};
-use kafka_protocol::messages::{ApiKey, GroupId, RequestKind, TopicName};
+use kafka_protocol::messages::{ApiKey, BrokerId, GroupId, RequestKind, TopicName};
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use proptest::prelude::*;
 
@@ -141,6 +147,54 @@ fn request(api: ApiKey, version: i16, topics: usize, partitions: usize) -> Reque
             let mut r = SaslAuthenticateRequest::default();
             r.auth_bytes = Bytes::from_static(b"\0user\0password");
             RequestKind::SaslAuthenticate(r)
+        }
+        ApiKey::DescribeConfigs => {
+            let mut r = DescribeConfigsRequest::default();
+            r.resources = (0..topics)
+                .map(|t| {
+                    let mut resource = DescribeConfigsResource::default();
+                    resource.resource_type = 2;
+                    resource.resource_name = StrBytes::from_string(format!("hub-{t}"));
+                    resource.configuration_keys = (t % 2 == 0).then(|| {
+                        (0..partitions)
+                            .map(|k| StrBytes::from_string(format!("key-{k}")))
+                            .collect()
+                    });
+                    resource
+                })
+                .collect();
+            r.include_synonyms = true;
+            RequestKind::DescribeConfigs(r)
+        }
+        ApiKey::CreateTopics => {
+            let mut r = CreateTopicsRequest::default();
+            r.timeout_ms = 30_000;
+            r.topics = (0..topics)
+                .map(|t| {
+                    let mut topic = CreatableTopic::default();
+                    topic.name = name(&format!("hub-{t}"));
+                    topic.num_partitions = partitions as i32;
+                    topic.replication_factor = 3;
+                    topic.assignments = (0..partitions)
+                        .map(|p| {
+                            let mut assignment = CreatableReplicaAssignment::default();
+                            assignment.partition_index = p as i32;
+                            assignment.broker_ids = vec![BrokerId(1), BrokerId(2)];
+                            assignment
+                        })
+                        .collect();
+                    topic.configs = (0..partitions)
+                        .map(|c| {
+                            let mut config = CreatableTopicConfig::default();
+                            config.name = StrBytes::from_string(format!("config-{c}"));
+                            config.value = (c % 2 == 0).then(|| StrBytes::from_static_str("v"));
+                            config
+                        })
+                        .collect();
+                    topic
+                })
+                .collect();
+            RequestKind::CreateTopics(r)
         }
         ApiKey::FindCoordinator => {
             let mut r = FindCoordinatorRequest::default();

@@ -49,7 +49,7 @@ fn text(value: &str) -> StrBytes {
 }
 
 /// A stable topic id for a hub.
-fn topic_id(hub_id: u64) -> uuid::Uuid {
+pub(crate) fn topic_id(hub_id: u64) -> uuid::Uuid {
     uuid::Uuid::from_u64_pair(0x7472_6962_7574_6172, hub_id)
 }
 

@@ -21,6 +21,7 @@
 //! by `records.rs`, which checks every declared count against the bytes left and
 //! decompresses within the request's budget.
 
+mod admin;
 pub mod apis;
 pub mod connection;
 pub mod coordinator;
