@@ -10,7 +10,8 @@ use crate::cluster::ClusterRuntime;
 use crate::error::Error;
 use tributary_controller::state::{Command, Reply};
 use tributary_controller::store::{
-    BlobPut, BlobView, BlobWrite, Checkpoint, Claim, Ownership, StoreCommand, StoreReply,
+    BlobPut, BlobView, BlobWrite, Checkpoint, Claim, KafkaOffsetCommit, KafkaOffsetRecord,
+    Ownership, StoreCommand, StoreReply,
 };
 
 #[tonic::async_trait]
@@ -56,6 +57,30 @@ pub trait CheckpointStore: Send + Sync + 'static {
         let _ = (hub, group, put);
         Err(Error::unavailable(
             "this checkpoint store has no Blob API view",
+        ))
+    }
+
+    /// Stores a Kafka group's offsets, all or none.
+    async fn commit_kafka_offsets(
+        &self,
+        group: &str,
+        offsets: Vec<KafkaOffsetCommit>,
+    ) -> Result<Vec<KafkaOffsetRecord>, Error> {
+        let _ = (group, offsets);
+        Err(Error::unavailable(
+            "this checkpoint store keeps no Kafka offsets",
+        ))
+    }
+
+    /// A Kafka group's offsets, of one hub or of every hub.
+    async fn kafka_offsets(
+        &self,
+        group: &str,
+        hub: Option<&str>,
+    ) -> Result<Vec<KafkaOffsetRecord>, Error> {
+        let _ = (group, hub);
+        Err(Error::unavailable(
+            "this checkpoint store keeps no Kafka offsets",
         ))
     }
 }
@@ -121,6 +146,41 @@ impl CheckpointStore for ControllerStore {
             .await?
         {
             StoreReply::BlobWrite(write) => Ok(write),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn commit_kafka_offsets(
+        &self,
+        group: &str,
+        offsets: Vec<KafkaOffsetCommit>,
+    ) -> Result<Vec<KafkaOffsetRecord>, Error> {
+        match self
+            .run(StoreCommand::CommitKafkaOffsets {
+                group: group.to_string(),
+                offsets,
+                now_ms: self.clock.now_ms(),
+            })
+            .await?
+        {
+            StoreReply::KafkaOffsets(records) => Ok(records),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn kafka_offsets(
+        &self,
+        group: &str,
+        hub: Option<&str>,
+    ) -> Result<Vec<KafkaOffsetRecord>, Error> {
+        match self
+            .run(StoreCommand::ListKafkaOffsets {
+                group: group.to_string(),
+                hub: hub.map(str::to_string),
+            })
+            .await?
+        {
+            StoreReply::KafkaOffsets(records) => Ok(records),
             other => Err(unexpected(other)),
         }
     }

@@ -231,6 +231,15 @@ impl ClusterRuntime {
         m.current_leader.is_some() && m.current_leader == Some(m.id)
     }
 
+    /// The controller group's leader as this node's replica knows it; `None` on nodes that
+    /// are not controller voters, or while there is none.
+    pub fn controller_leader(&self) -> Option<u64> {
+        use openraft::type_config::async_runtime::WatchReceiver;
+        let raft = self.controller()?;
+        let metrics = raft.metrics();
+        metrics.borrow_watched().current_leader
+    }
+
     /// On the controller leader: hands the controller's leadership to another voter that
     /// is not draining and has everything, so a node about to stop does not leave the
     /// controller leaderless for an election timeout. `Ok(None)`: not the leader, or no

@@ -117,6 +117,29 @@ impl ClusterCheckpointStore {
     }
 }
 
+impl ClusterCheckpointStore {
+    /// A Kafka consumer group's committed offsets in `event_hub` (Kafka groups are their
+    /// own namespace, apart from the hub's consumer groups).
+    pub async fn list_kafka_offsets(
+        &self,
+        event_hub: &str,
+        kafka_group: &str,
+    ) -> Result<Vec<proto::KafkaOffset>, ClientError> {
+        require_name("event hub name", event_hub)?;
+        require_name("Kafka group id", kafka_group)?;
+        let request = proto::ListKafkaOffsetsRequest {
+            event_hub: event_hub.to_owned(),
+            kafka_group: kafka_group.to_owned(),
+        };
+        let response = self
+            .call(request, |mut stub, request| async move {
+                stub.list_kafka_offsets(request).await
+            })
+            .await?;
+        Ok(response.offsets)
+    }
+}
+
 fn ownership_from(record: proto::Ownership) -> Ownership {
     Ownership {
         partition_id: record.partition_id,

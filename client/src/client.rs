@@ -815,6 +815,12 @@ mod tests {
         ) -> Result<tonic::Response<proto::ListCheckpointsResponse>, tonic::Status> {
             Err(tonic::Status::permission_denied("refused by the stand-in"))
         }
+        async fn list_kafka_offsets(
+            &self,
+            _request: tonic::Request<proto::ListKafkaOffsetsRequest>,
+        ) -> Result<tonic::Response<proto::ListKafkaOffsetsResponse>, tonic::Status> {
+            Err(tonic::Status::permission_denied("refused by the stand-in"))
+        }
     }
 
     #[tokio::test]

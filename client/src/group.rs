@@ -109,6 +109,60 @@ impl Client {
     }
 }
 
+/// One partition of a Kafka consumer group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaGroupPartition {
+    pub partition_id: String,
+    /// The next offset (sequence number) the group reads; `None` when it never committed.
+    pub committed_offset: Option<i64>,
+    pub metadata: Option<String>,
+    /// When the offset was committed (store time, ms since the epoch).
+    pub last_modified_ms: Option<i64>,
+    /// -1 when the partition has never held an event.
+    pub last_enqueued_sequence_number: i64,
+    /// Events at or after the committed offset (all retained events without one).
+    pub lag: i64,
+}
+
+impl Client {
+    /// Every partition of `event_hub` as Kafka consumer group `kafka_group` sees it:
+    /// committed offset and lag. Kafka groups are their own namespace, apart from the hub's
+    /// consumer groups.
+    pub async fn describe_kafka_group(
+        &self,
+        event_hub: &str,
+        kafka_group: &str,
+    ) -> Result<Vec<KafkaGroupPartition>, ClientError> {
+        let hub = self.get_event_hub(event_hub).await?;
+        let offsets = self
+            .checkpoint_store()
+            .list_kafka_offsets(event_hub, kafka_group)
+            .await?;
+        let mut partitions = Vec::with_capacity(hub.partition_ids.len());
+        for partition_id in hub.partition_ids {
+            let properties = self
+                .get_partition_properties(event_hub, &partition_id)
+                .await?;
+            let committed = offsets.iter().find(|o| o.partition_id == partition_id);
+            let last = properties.last_enqueued_sequence_number;
+            let lag = match committed {
+                _ if last < 0 => 0,
+                Some(c) => (last + 1 - c.offset).max(0),
+                None => last - properties.begin_sequence_number + 1,
+            };
+            partitions.push(KafkaGroupPartition {
+                committed_offset: committed.map(|c| c.offset),
+                metadata: committed.map(|c| c.metadata.clone()),
+                last_modified_ms: committed.map(|c| c.last_modified_ms),
+                last_enqueued_sequence_number: last,
+                lag,
+                partition_id,
+            });
+        }
+        Ok(partitions)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

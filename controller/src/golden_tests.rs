@@ -38,8 +38,8 @@ use crate::state_machine::{
     CommandResult, ControllerApplied, decode_applied, decode_command, decode_result, encode_applied,
 };
 use crate::store::{
-    BlobCondition, BlobKind, BlobView, BlobWrite, Checkpoint, Claim, ConsumerStore, Ownership,
-    StoreCommand, StoreReply,
+    BlobCondition, BlobKind, BlobView, BlobWrite, Checkpoint, Claim, ConsumerStore,
+    KafkaOffsetCommit, Ownership, StoreCommand, StoreReply,
 };
 
 fn golden_dir() -> PathBuf {
@@ -587,6 +587,62 @@ fn producer_id_commands_and_replies() {
     );
 }
 
+/// The Kafka groups' offset commands and reply came with format 2 (release 0.2.0), proposed
+/// only once the cluster reads it: they have no format-1 files.
+#[test]
+fn kafka_offset_commands_and_replies() {
+    let commit = |hub: &str, partition, offset| KafkaOffsetCommit {
+        hub: hub.into(),
+        partition,
+        offset,
+        metadata: format!("meta-{offset}"),
+    };
+    let commands = [
+        (
+            "command-store-commit-kafka-offsets",
+            Command::Store(StoreCommand::CommitKafkaOffsets {
+                group: "billing".into(),
+                offsets: vec![commit("orders", 1, 4_096), commit("audit", 0, 7)],
+                now_ms: 1_714_000_980_000,
+            }),
+        ),
+        (
+            "command-store-list-kafka-offsets",
+            Command::Store(StoreCommand::ListKafkaOffsets {
+                group: "billing".into(),
+                hub: Some("orders".into()),
+            }),
+        ),
+        (
+            "command-store-list-kafka-offsets-every-hub",
+            Command::Store(StoreCommand::ListKafkaOffsets {
+                group: "billing".into(),
+                hub: None,
+            }),
+        ),
+    ];
+    for (name, command) in commands {
+        check(name, &command, &[FORMAT_LATEST], decode_command);
+    }
+    let result: CommandResult = Ok(Reply::Store(StoreReply::KafkaOffsets(vec![
+        crate::store::KafkaOffsetRecord {
+            hub: "orders".into(),
+            partition: 1,
+            offset: crate::store::KafkaOffset {
+                offset: 4_096,
+                metadata: "meta-4096".into(),
+                last_modified_ms: 1_714_000_990_000,
+            },
+        },
+    ])));
+    check(
+        "result-store-kafka-offsets",
+        &result,
+        &[FORMAT_LATEST],
+        decode_result,
+    );
+}
+
 /// Each controller entry allocates its own block of producer ids, the same on every replica.
 #[test]
 fn producer_id_blocks_follow_the_log_index() {
@@ -755,6 +811,43 @@ fn applied_state_with_blob_metadata() {
     );
     let decoded = decode_applied(&encode_applied(&applied).unwrap()).unwrap();
     assert_eq!(decoded.store.blob_metadata(), applied.store.blob_metadata());
+}
+
+/// A format-2 applied state whose store holds Kafka groups' offsets carries them after the
+/// Blob API metadata (empty here, so one byte), which follows the feature level.
+#[test]
+fn applied_state_with_kafka_offsets() {
+    let mut applied = applied();
+    applied.state.feature = ClusterFeature {
+        level: 2,
+        release: "0.2.0".into(),
+    };
+    let command = StoreCommand::CommitKafkaOffsets {
+        group: "billing".into(),
+        offsets: vec![KafkaOffsetCommit {
+            hub: "orders".into(),
+            partition: 1,
+            offset: 512,
+            metadata: "consumer-1".into(),
+        }],
+        now_ms: 1_714_000_995_000,
+    };
+    applied
+        .store
+        .apply(&applied.state, command)
+        .expect("the sample applies");
+    assert!(applied.store.blob_metadata().is_empty());
+    golden::check(
+        &golden_dir(),
+        FORMAT_LATEST,
+        "applied-kafka-offsets",
+        &applied,
+        |_, applied| encode_applied(applied).expect("the state encodes"),
+        |bytes| decode_applied(bytes).map_err(|e| e.to_string()),
+    );
+    let decoded = decode_applied(&encode_applied(&applied).unwrap()).unwrap();
+    assert_eq!(decoded.store.kafka_offsets(), applied.store.kafka_offsets());
+    assert_eq!(decoded.store.kafka_offsets().len(), 1);
 }
 
 /// The cluster state as cluster views carry it (its feature level travels beside it).

@@ -85,8 +85,8 @@ pub fn decode_result(bytes: &[u8]) -> io::Result<CommandResult> {
 
 /// Encodes the controller's applied state (snapshots, the stored state). Format 1 (release
 /// 0.1.0's) is [`ControllerApplied`] alone; format 2 adds the feature level after it, then
-/// the checkpoint store's raw Blob API metadata when there is any (a state without any
-/// encodes as before it existed). The
+/// the checkpoint store's raw Blob API metadata and the Kafka groups' committed offsets
+/// when there are any (a state without them encodes as before they existed). The
 /// format is the one the process writes, or the one the state's own feature level allows
 /// (the command that raised it has been applied here, so every node reads that format).
 pub fn encode_applied(applied: &ControllerApplied) -> io::Result<Vec<u8>> {
@@ -95,14 +95,20 @@ pub fn encode_applied(applied: &ControllerApplied) -> io::Result<Vec<u8>> {
         format::FORMAT_LEGACY => format::encode_as(format, applied)?,
         _ => {
             let bytes = format::encode_as(format, &(applied, &applied.state.feature))?;
-            // The Blob API's raw metadata, when there is any, follows (see `decode_applied`).
+            // The Blob API's raw metadata, then the Kafka groups' offsets, follow when there
+            // are any (see `decode_applied`): the metadata (possibly empty) comes first
+            // whenever offsets follow.
             let blob_metadata = applied.store.blob_metadata();
-            if !blob_metadata.is_empty() {
-                postcard::to_extend(blob_metadata, bytes)
-                    .map_err(|e| format::FormatError::Postcard(e.to_string()))?
-            } else {
-                bytes
+            let kafka_offsets = applied.store.kafka_offsets();
+            let postcard_error = |e: postcard::Error| format::FormatError::Postcard(e.to_string());
+            let mut bytes = bytes;
+            if !blob_metadata.is_empty() || !kafka_offsets.is_empty() {
+                bytes = postcard::to_extend(blob_metadata, bytes).map_err(postcard_error)?;
             }
+            if !kafka_offsets.is_empty() {
+                bytes = postcard::to_extend(kafka_offsets, bytes).map_err(postcard_error)?;
+            }
+            bytes
         }
     })
 }
@@ -117,11 +123,17 @@ pub fn decode_applied(bytes: &[u8]) -> io::Result<ControllerApplied> {
                 postcard::take_from_bytes(payload)
                     .map_err(|e| format::FormatError::Postcard(e.to_string()))?;
             applied.state.feature = feature;
-            // Format 2 may end here, or carry the Blob API's raw metadata after.
+            // Format 2 may end here, or carry the Blob API's raw metadata after, then the
+            // Kafka groups' offsets.
+            let postcard_error = |e: postcard::Error| format::FormatError::Postcard(e.to_string());
             if !rest.is_empty() {
-                applied
-                    .store
-                    .set_blob_metadata(format::decode_payload(rest)?);
+                let (metadata, rest) = postcard::take_from_bytes(rest).map_err(postcard_error)?;
+                applied.store.set_blob_metadata(metadata);
+                if !rest.is_empty() {
+                    applied
+                        .store
+                        .set_kafka_offsets(format::decode_payload(rest)?);
+                }
             }
             applied
         }

@@ -18,7 +18,12 @@ use tributary_types::HubId;
 use super::state::{ClusterState, CommandError, ErrorKind, HubRecord, hub_not_found};
 
 mod blob;
+mod kafka;
 pub use blob::{BLOB_METADATA_BYTES_MAX, BlobCondition, BlobKind, BlobPut, BlobView, BlobWrite};
+pub use kafka::{
+    KAFKA_GROUP_ID_LEN_MAX, KAFKA_GROUPS_PER_HUB_MAX, KAFKA_OFFSET_METADATA_BYTES_MAX,
+    KAFKA_OFFSETS_PER_COMMIT_MAX, KafkaOffset, KafkaOffsetCommit, KafkaOffsetRecord, KafkaOffsets,
+};
 
 /// Claims in one request at most (a processor claims at most every partition of a hub).
 pub const CLAIMS_PER_REQUEST_MAX: usize = 1024;
@@ -100,6 +105,20 @@ pub enum StoreCommand {
     /// the block of the command's log index, so blocks never overlap and need no state
     /// (see [`producer_id_block`]). Feature level 2 and later.
     AllocateProducerIds,
+    /// A Kafka group's OffsetCommit: every offset stored, or none. Kafka groups are their
+    /// own namespace (not the hubs' consumer groups) and are created by their first
+    /// commit. Feature level 2 and later.
+    CommitKafkaOffsets {
+        group: String,
+        offsets: Vec<KafkaOffsetCommit>,
+        now_ms: i64,
+    },
+    /// A Kafka group's committed offsets, of one hub or of every hub. Feature level 2 and
+    /// later.
+    ListKafkaOffsets {
+        group: String,
+        hub: Option<String>,
+    },
 }
 
 /// Kafka producer ids in one block a node caches.
@@ -136,6 +155,8 @@ pub enum StoreReply {
         first: i64,
         count: u32,
     },
+    /// The offsets a `CommitKafkaOffsets` stored, or those `ListKafkaOffsets` found.
+    KafkaOffsets(Vec<KafkaOffsetRecord>),
 }
 
 /// Records of one (hub, consumer group, partition).
@@ -155,6 +176,10 @@ pub struct ConsumerStore {
     /// the rest from format 2 on (`state_machine::encode_applied`).
     #[serde(skip)]
     blob_metadata: BlobMetadata,
+    /// Kafka groups' committed offsets. Like `blob_metadata`, not part of this type's own
+    /// encoding: the format-2 applied state carries them after it, when there are any.
+    #[serde(skip)]
+    kafka_offsets: KafkaOffsets,
 }
 
 /// Raw Blob API metadata by record.
@@ -298,6 +323,16 @@ impl ConsumerStore {
             StoreCommand::AllocateProducerIds => Err(invalid(
                 "producer ids are allocated by the controller's state machine".to_string(),
             )),
+            StoreCommand::CommitKafkaOffsets {
+                group,
+                offsets,
+                now_ms,
+            } => self
+                .commit_kafka_offsets(cluster, group, offsets, now_ms)
+                .map(StoreReply::KafkaOffsets),
+            StoreCommand::ListKafkaOffsets { group, hub } => self
+                .list_kafka_offsets(cluster, &group, hub.as_deref())
+                .map(StoreReply::KafkaOffsets),
         }
     }
 
@@ -331,6 +366,9 @@ impl ConsumerStore {
         self.ownership.retain(|k, _| live(k));
         self.checkpoints.retain(|k, _| live(k));
         self.blob_metadata.retain(|(k, _), _| live(k));
+        // Kafka groups' offsets go with their hub.
+        self.kafka_offsets
+            .retain(|(_, hub, _), _| cluster.hub_by_id(*hub).is_some());
     }
 
     /// Stamps a modification: the proposer's time, but never before an earlier stamp.

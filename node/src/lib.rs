@@ -503,12 +503,14 @@ impl Node {
             tls: joined(&kafka_tls),
         });
         let kafka_directory = Arc::new(tributary_kafka::directory::Directory::default());
+        let kafka_groups = Arc::new(tributary_kafka::Groups::default());
         let kafka_context = |tls: bool, advertised: (String, u16)| {
             Arc::new(tributary_kafka::KafkaContext {
                 node: tributary_forward::AnyNode::new(service.clone()),
                 tls,
                 advertised,
                 directory: kafka_directory.clone(),
+                groups: kafka_groups.clone(),
                 request_bytes_max: config.publish_bytes_max * 2 + REQUEST_OVERHEAD_BYTES,
                 clock: clock.clone(),
             })

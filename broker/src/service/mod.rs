@@ -11,7 +11,7 @@
 //! - management: hubs, consumer groups, nodes, authorization rules, cluster status
 //!   (`manage.rs`, `rules.rs`).
 //! - the checkpoint store: ownership and checkpoints (`store.rs`), and as blobs for the Blob
-//!   checkpoint endpoint (`blob.rs`).
+//!   checkpoint endpoint (`blob.rs`); Kafka groups' coordinator and offsets (`kafka.rs`).
 //! - diagnostics: what this node's own replica holds (`diagnostics.rs`).
 //!
 //! Calls run on this node; `tributary-forward` runs them on a partition's leader from any
@@ -21,6 +21,7 @@ mod blob;
 mod diagnostics;
 mod endpoints;
 mod fetch;
+mod kafka;
 mod manage;
 mod producer_ids;
 mod read;
@@ -41,6 +42,10 @@ pub use blob::{BLOB_METADATA_BYTES_MAX, BlobCondition, BlobKind, BlobPut, BlobVi
 pub use diagnostics::{REPLICA_EVENTS_PAGE_DEFAULT, REPLICA_EVENTS_PAGE_MAX, ReplicaEvents};
 pub use endpoints::Endpoints;
 pub use fetch::{FetchBatch, FetchRequest};
+pub use kafka::{
+    KAFKA_GROUP_ID_LEN_MAX, KAFKA_OFFSET_METADATA_BYTES_MAX, KafkaOffset, KafkaOffsetCommit,
+    KafkaOffsetRecord,
+};
 pub use manage::{
     CaptureRequest, HubSettingsRequest, HubUpdateRequest, NewHubRequest, PlannedMove, RebalancePlan,
 };

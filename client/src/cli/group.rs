@@ -4,7 +4,7 @@ use serde_json::json;
 
 use super::OutputFormat;
 use super::output::{Table, time_json, time_text};
-use crate::group::GroupPartition;
+use crate::group::{GroupPartition, KafkaGroupPartition};
 use crate::{Client, ConsumerGroupProperties};
 
 #[derive(Debug, clap::Subcommand)]
@@ -22,12 +22,18 @@ pub enum GroupCommand {
         hub: String,
     },
     /// Show a consumer group per partition: owner and last claim, checkpoint, lag (events
-    /// after the checkpoint) and connected readers.
+    /// after the checkpoint) and connected readers. With --kafka, a Kafka consumer group's
+    /// committed offsets instead.
     Show {
         /// The event hub the group reads.
         hub: String,
-        /// Name of the consumer group.
+        /// Name of the consumer group (with --kafka, the Kafka group id).
         name: String,
+        /// Show the Kafka consumer group of this id (Kafka groups are their own namespace,
+        /// apart from the hub's consumer groups): per partition its committed offset (the
+        /// next offset it reads), metadata, commit time and lag.
+        #[arg(long)]
+        kafka: bool,
     },
     /// Delete a consumer group and its checkpoints.
     Delete {
@@ -71,7 +77,41 @@ pub(crate) async fn run(
                 }
             }
         }
-        GroupCommand::Show { hub, name } => {
+        GroupCommand::Show {
+            hub,
+            name,
+            kafka: true,
+        } => {
+            let partitions = client.describe_kafka_group(&hub, &name).await?;
+            match output {
+                OutputFormat::Json => {
+                    let partitions: Vec<_> = partitions.iter().map(kafka_partition_json).collect();
+                    println!(
+                        "{}",
+                        json!({"event_hub": hub, "kafka_group": name, "partitions": partitions})
+                    );
+                }
+                OutputFormat::Table => {
+                    let mut table =
+                        Table::new(&["PARTITION", "OFFSET", "LAST COMMIT", "LAG", "METADATA"]);
+                    for p in &partitions {
+                        table.row(vec![
+                            p.partition_id.clone(),
+                            p.committed_offset
+                                .map_or_else(|| "-".into(), |o| o.to_string()),
+                            p.last_modified_ms.map_or_else(|| "-".into(), time_text),
+                            p.lag.to_string(),
+                            p.metadata
+                                .clone()
+                                .filter(|m| !m.is_empty())
+                                .unwrap_or_else(|| "-".into()),
+                        ]);
+                    }
+                    print!("{}", table.render());
+                }
+            }
+        }
+        GroupCommand::Show { hub, name, .. } => {
             let mut partitions = client.describe_consumer_group(&hub, &name).await?;
             partitions.sort_by_key(|p| p.partition_id.parse::<u32>().unwrap_or(u32::MAX));
             match output {
@@ -147,6 +187,17 @@ fn partition_json(p: &GroupPartition) -> serde_json::Value {
         "last_enqueued_sequence_number": p.last_enqueued_sequence_number,
         "lag": p.lag,
         "readers": p.readers.iter().map(|r| json!({"name": r.name, "owner_level": r.owner_level})).collect::<Vec<_>>(),
+    })
+}
+
+fn kafka_partition_json(p: &KafkaGroupPartition) -> serde_json::Value {
+    json!({
+        "partition_id": p.partition_id,
+        "committed_offset": p.committed_offset,
+        "metadata": p.metadata,
+        "last_modified": p.last_modified_ms.map(time_json),
+        "last_enqueued_sequence_number": p.last_enqueued_sequence_number,
+        "lag": p.lag,
     })
 }
 

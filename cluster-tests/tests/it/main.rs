@@ -25,6 +25,7 @@ mod fuzz;
 mod group_show;
 mod help;
 mod idempotent;
+mod kafka_groups;
 mod kafka_idempotent;
 mod kafka_produce;
 mod load;

@@ -88,4 +88,27 @@ impl CheckpointStore for GrpcApi {
             checkpoints: records.into_iter().map(|(p, c)| checkpoint(p, c)).collect(),
         }))
     }
+
+    async fn list_kafka_offsets(
+        &self,
+        request: Request<pb::ListKafkaOffsetsRequest>,
+    ) -> Result<Response<pb::ListKafkaOffsetsResponse>, Status> {
+        let credential = credential(&request);
+        let req = request.into_inner();
+        let records = self
+            .service
+            .kafka_offsets(&credential, &req.kafka_group, Some(&req.event_hub))
+            .await?;
+        Ok(Response::new(pb::ListKafkaOffsetsResponse {
+            offsets: records
+                .into_iter()
+                .map(|r| pb::KafkaOffset {
+                    partition_id: r.partition.to_string(),
+                    offset: r.offset.offset,
+                    metadata: r.offset.metadata,
+                    last_modified_ms: r.offset.last_modified_ms,
+                })
+                .collect(),
+        }))
+    }
 }

@@ -17,6 +17,17 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::SaslAuthenticate, 0, 2),
+    // Consumer groups, the classic protocol (FindCoordinator stops at 3: 4 batches keys;
+    // JoinGroup at 7, LeaveGroup at 4, OffsetCommit and OffsetFetch at 8 as clients need).
+    (ApiKey::FindCoordinator, 0, 3),
+    (ApiKey::JoinGroup, 0, 7),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 4),
+    (ApiKey::OffsetCommit, 2, 8),
+    (ApiKey::OffsetFetch, 1, 8),
+    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::CreateTopics, 2, 7),
     // Idempotent producers only: a transactional id is refused.

@@ -13,7 +13,7 @@ use tokio::io::{AsyncRead, AsyncWrite, BufReader, BufWriter};
 use tributary_broker::auth::Credential;
 
 use crate::frame::{read_frame, write_frame};
-use crate::{KafkaContext, admin, apis, fetch, guard, handlers, producers, sasl};
+use crate::{KafkaContext, admin, apis, fetch, groups, guard, handlers, producers, sasl};
 
 /// The one SASL mechanism served.
 const PLAIN: &str = "PLAIN";
@@ -224,6 +224,10 @@ pub async fn answer(
         RequestKind::Produce(request) => handlers::produce(context, &session.credential, request)
             .await
             .map(ResponseKind::Produce),
+        request if groups::serves(&request) => {
+            let client_id = header.client_id.as_deref().unwrap_or_default();
+            Some(groups::answer(context, &session.credential, client_id, request, version).await)
+        }
         RequestKind::DescribeConfigs(request) => Some(ResponseKind::DescribeConfigs(
             admin::describe_configs(context, &session.credential, request),
         )),

@@ -283,6 +283,125 @@ pub fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<usize, Malformed>
         }
         ApiKey::SaslHandshake => w.string()?,
         ApiKey::SaslAuthenticate => w.bytes()?,
+        ApiKey::FindCoordinator => {
+            w.string()?; // key
+            if v >= 1 {
+                w.fixed(1)?; // key type
+            }
+        }
+        ApiKey::JoinGroup => {
+            w.string()?; // group id
+            w.fixed(4)?; // session timeout
+            if v >= 1 {
+                w.fixed(4)?; // rebalance timeout
+            }
+            w.string()?; // member id
+            if v >= 5 {
+                w.string()?; // group instance id
+            }
+            w.string()?; // protocol type
+            w.array(|w| {
+                w.string()?;
+                w.bytes()?;
+                w.tags()
+            })?;
+        }
+        ApiKey::SyncGroup => {
+            w.string()?; // group id
+            w.fixed(4)?; // generation
+            w.string()?; // member id
+            if v >= 3 {
+                w.string()?; // group instance id
+            }
+            if v >= 5 {
+                w.string()?; // protocol type
+                w.string()?; // protocol name
+            }
+            w.array(|w| {
+                w.string()?;
+                w.bytes()?;
+                w.tags()
+            })?;
+        }
+        ApiKey::Heartbeat => {
+            w.string()?; // group id
+            w.fixed(4)?; // generation
+            w.string()?; // member id
+            if v >= 3 {
+                w.string()?; // group instance id
+            }
+        }
+        ApiKey::LeaveGroup => {
+            w.string()?; // group id
+            if v <= 2 {
+                w.string()?; // member id
+            } else {
+                w.array(|w| {
+                    w.string()?; // member id
+                    w.string()?; // group instance id
+                    if v >= 5 {
+                        w.string()?; // reason
+                    }
+                    w.tags()
+                })?;
+            }
+        }
+        ApiKey::OffsetCommit => {
+            w.string()?; // group id
+            w.fixed(4)?; // generation
+            w.string()?; // member id
+            if v >= 7 {
+                w.string()?; // group instance id
+            }
+            if v <= 4 {
+                w.fixed(8)?; // retention time
+            }
+            w.array(|w| {
+                w.string()?;
+                w.array(|w| {
+                    w.fixed(4 + 8)?; // partition, offset
+                    if v >= 6 {
+                        w.fixed(4)?; // leader epoch
+                    }
+                    w.string()?; // metadata
+                    w.tags()
+                })?;
+                w.tags()
+            })?;
+        }
+        ApiKey::OffsetFetch => {
+            let topics = |w: &mut Walk<'_>| {
+                w.array(|w| {
+                    w.string()?;
+                    w.array(|w| w.fixed(4))?;
+                    w.tags()
+                })
+            };
+            if v <= 7 {
+                w.string()?; // group id
+                topics(&mut w)?;
+            } else {
+                w.array(|w| {
+                    w.string()?; // group id
+                    topics(w)?;
+                    w.tags()
+                })?;
+            }
+            if v >= 7 {
+                w.fixed(1)?; // require stable
+            }
+        }
+        ApiKey::ListGroups => {
+            if v >= 4 {
+                w.array(|w| w.string())?; // states filter
+            }
+        }
+        ApiKey::DescribeGroups => {
+            w.array(|w| w.string())?;
+            if v >= 3 {
+                w.fixed(1)?; // include authorized operations
+            }
+        }
         other => return Err(Malformed(format!("{other:?} is not served"))),
     }
     w.tags()?;

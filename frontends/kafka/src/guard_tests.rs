@@ -6,21 +6,34 @@ use kafka_protocol::messages::create_topics_request::{
 use kafka_protocol::messages::describe_configs_request::{
     DescribeConfigsRequest, DescribeConfigsResource,
 };
+use kafka_protocol::messages::describe_groups_request::DescribeGroupsRequest;
 use kafka_protocol::messages::fetch_request::{
     FetchPartition, FetchRequest, FetchTopic, ForgottenTopic,
 };
+use kafka_protocol::messages::find_coordinator_request::FindCoordinatorRequest;
+use kafka_protocol::messages::heartbeat_request::HeartbeatRequest;
 use kafka_protocol::messages::init_producer_id_request::InitProducerIdRequest;
+use kafka_protocol::messages::join_group_request::{JoinGroupRequest, JoinGroupRequestProtocol};
+use kafka_protocol::messages::leave_group_request::{LeaveGroupRequest, MemberIdentity};
+use kafka_protocol::messages::list_groups_request::ListGroupsRequest;
 use kafka_protocol::messages::list_offsets_request::{
     ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
 };
 use kafka_protocol::messages::metadata_request::{MetadataRequest, MetadataRequestTopic};
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::offset_fetch_request::{
+    OffsetFetchRequest, OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
+};
 use kafka_protocol::messages::produce_request::{
     PartitionProduceData, ProduceRequest, TopicProduceData,
 };
 use kafka_protocol::messages::sasl_authenticate_request::SaslAuthenticateRequest;
 use kafka_protocol::messages::sasl_handshake_request::SaslHandshakeRequest;
+use kafka_protocol::messages::sync_group_request::{SyncGroupRequest, SyncGroupRequestAssignment};
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, ProducerId, RequestKind, TopicName, TransactionalId,
+    ApiKey, BrokerId, GroupId, ProducerId, RequestKind, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use proptest::prelude::*;
@@ -199,8 +212,176 @@ fn request(api: ApiKey, version: i16, topics: usize, partitions: usize) -> Reque
             }
             RequestKind::InitProducerId(r)
         }
+        ApiKey::FindCoordinator => {
+            let mut r = FindCoordinatorRequest::default();
+            r.key = StrBytes::from_static_str("billing");
+            RequestKind::FindCoordinator(r)
+        }
+        ApiKey::JoinGroup => {
+            let mut r = JoinGroupRequest::default();
+            r.group_id = group("billing");
+            r.session_timeout_ms = 45_000;
+            if version >= 1 {
+                r.rebalance_timeout_ms = 300_000;
+            }
+            r.member_id = StrBytes::from_static_str("rdkafka-1");
+            if version >= 5 {
+                r.group_instance_id = Some(StrBytes::from_static_str("instance-1"));
+            }
+            r.protocol_type = StrBytes::from_static_str("consumer");
+            r.protocols = (0..topics + partitions)
+                .map(|i| {
+                    let mut p = JoinGroupRequestProtocol::default();
+                    p.name = StrBytes::from_string(format!("protocol-{i}"));
+                    p.metadata = Bytes::from(vec![1u8; i + 1]);
+                    p
+                })
+                .collect();
+            RequestKind::JoinGroup(r)
+        }
+        ApiKey::SyncGroup => {
+            let mut r = SyncGroupRequest::default();
+            r.group_id = group("billing");
+            r.generation_id = 3;
+            r.member_id = StrBytes::from_static_str("rdkafka-1");
+            if version >= 3 {
+                r.group_instance_id = Some(StrBytes::from_static_str("instance-1"));
+            }
+            if version >= 5 {
+                r.protocol_type = Some(StrBytes::from_static_str("consumer"));
+                r.protocol_name = Some(StrBytes::from_static_str("range"));
+            }
+            r.assignments = (0..topics + partitions)
+                .map(|i| {
+                    let mut a = SyncGroupRequestAssignment::default();
+                    a.member_id = StrBytes::from_string(format!("member-{i}"));
+                    a.assignment = Bytes::from(vec![2u8; i + 2]);
+                    a
+                })
+                .collect();
+            RequestKind::SyncGroup(r)
+        }
+        ApiKey::Heartbeat => {
+            let mut r = HeartbeatRequest::default();
+            r.group_id = group("billing");
+            r.generation_id = 3;
+            r.member_id = StrBytes::from_static_str("rdkafka-1");
+            if version >= 3 {
+                r.group_instance_id = Some(StrBytes::from_static_str("instance-1"));
+            }
+            RequestKind::Heartbeat(r)
+        }
+        ApiKey::LeaveGroup => {
+            let mut r = LeaveGroupRequest::default();
+            r.group_id = group("billing");
+            if version <= 2 {
+                r.member_id = StrBytes::from_static_str("rdkafka-1");
+            } else {
+                r.members = (0..topics + partitions)
+                    .map(|i| {
+                        let mut m = MemberIdentity::default();
+                        m.member_id = StrBytes::from_string(format!("member-{i}"));
+                        m.group_instance_id =
+                            (i % 2 == 0).then(|| StrBytes::from_string(format!("instance-{i}")));
+                        m
+                    })
+                    .collect();
+            }
+            RequestKind::LeaveGroup(r)
+        }
+        ApiKey::OffsetCommit => {
+            let mut r = OffsetCommitRequest::default();
+            r.group_id = group("billing");
+            r.generation_id_or_member_epoch = 3;
+            r.member_id = StrBytes::from_static_str("rdkafka-1");
+            if version >= 7 {
+                r.group_instance_id = Some(StrBytes::from_static_str("instance-1"));
+            }
+            if version <= 4 {
+                r.retention_time_ms = -1;
+            }
+            r.topics = (0..topics)
+                .map(|t| {
+                    let mut topic = OffsetCommitRequestTopic::default();
+                    topic.name = name(&format!("hub-{t}"));
+                    topic.partitions = (0..partitions)
+                        .map(|p| {
+                            let mut part = OffsetCommitRequestPartition::default();
+                            part.partition_index = p as i32;
+                            part.committed_offset = 40 + p as i64;
+                            if version >= 6 {
+                                part.committed_leader_epoch = 2;
+                            }
+                            part.committed_metadata = Some(StrBytes::from_static_str("meta"));
+                            part
+                        })
+                        .collect();
+                    topic
+                })
+                .collect();
+            RequestKind::OffsetCommit(r)
+        }
+        ApiKey::OffsetFetch => {
+            let mut r = OffsetFetchRequest::default();
+            if version <= 7 {
+                r.group_id = group("billing");
+                r.topics = Some(
+                    (0..topics)
+                        .map(|t| {
+                            let mut topic = OffsetFetchRequestTopic::default();
+                            topic.name = name(&format!("hub-{t}"));
+                            topic.partition_indexes = (0..partitions as i32).collect();
+                            topic
+                        })
+                        .collect(),
+                );
+            } else {
+                r.groups = (0..topics)
+                    .map(|g| {
+                        let mut one = OffsetFetchRequestGroup::default();
+                        one.group_id = group(&format!("group-{g}"));
+                        one.topics = (g % 2 == 0).then(|| {
+                            (0..partitions)
+                                .map(|t| {
+                                    let mut topic = OffsetFetchRequestTopics::default();
+                                    topic.name = name(&format!("hub-{t}"));
+                                    topic.partition_indexes = (0..t as i32 + 1).collect();
+                                    topic
+                                })
+                                .collect()
+                        });
+                        one
+                    })
+                    .collect();
+            }
+            if version >= 7 {
+                r.require_stable = true;
+            }
+            RequestKind::OffsetFetch(r)
+        }
+        ApiKey::ListGroups => {
+            let mut r = ListGroupsRequest::default();
+            if version >= 4 {
+                r.states_filter = (0..topics)
+                    .map(|i| StrBytes::from_string(format!("state-{i}")))
+                    .collect();
+            }
+            RequestKind::ListGroups(r)
+        }
+        ApiKey::DescribeGroups => {
+            let mut r = DescribeGroupsRequest::default();
+            r.groups = (0..topics).map(|i| group(&format!("group-{i}"))).collect();
+            if version >= 3 {
+                r.include_authorized_operations = true;
+            }
+            RequestKind::DescribeGroups(r)
+        }
         other => panic!("{other:?} is not served"),
     }
+}
+
+fn group(text: &str) -> GroupId {
+    GroupId(StrBytes::from_string(text.to_owned()))
 }
 
 fn encoded(api: ApiKey, version: i16, topics: usize, partitions: usize) -> Bytes {

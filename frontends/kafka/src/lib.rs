@@ -9,10 +9,13 @@
 //! every codec; a send reaching a node that does not lead the partition gets
 //! NOT_LEADER_OR_FOLLOWER, or is passed on when clients cannot reach the leader), Fetch
 //! (long polls, at least one event per partition), ListOffsets (earliest, latest, by
-//! time), DescribeConfigs, CreateTopics and the idempotent producer (InitProducerId; each
+//! time), DescribeConfigs, CreateTopics, the idempotent producer (InitProducerId; each
 //! partition's state machine checks every producer's sequence numbers, see
-//! `tributary_partition::kafka_producers`). A request for an API this server does not list
-//! in ApiVersions closes the connection.
+//! `tributary_partition::kafka_producers`) and consumer groups with the classic protocol
+//! (`groups.rs`: the node leading the controller group coordinates every group, in memory
+//! (`coordinator.rs`); committed offsets are replicated in the controller's consumer
+//! store). A request for an API this server does not list in ApiVersions closes the
+//! connection.
 //!
 //! Decoding untrusted bytes: kafka-protocol reserves an array's declared length before
 //! reading it (`Vec::with_capacity(n)` with `n` from the request), so `guard.rs` walks every
@@ -23,13 +26,16 @@
 mod admin;
 pub mod apis;
 pub mod connection;
+pub mod coordinator;
 pub mod directory;
 mod fetch;
 pub mod frame;
+mod groups;
 mod guard;
 mod handlers;
 pub mod listener;
 mod producers;
+pub use groups::Groups;
 mod records;
 pub mod sasl;
 
@@ -54,6 +60,9 @@ pub struct KafkaContext {
     /// The largest request frame read.
     pub request_bytes_max: usize,
     pub clock: Arc<dyn Clock>,
+    /// The Kafka consumer groups this node coordinates while it leads the controller group
+    /// (shared by both listeners).
+    pub groups: Arc<groups::Groups>,
 }
 
 impl KafkaContext {

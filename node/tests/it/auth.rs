@@ -556,6 +556,11 @@ async fn every_rpc_needs_a_token() {
         "ListCheckpoints",
         store().list_checkpoints(pb::ListCheckpointsRequest::default())
     );
+    expect_refused!(
+        "CheckpointStore",
+        "ListKafkaOffsets",
+        store().list_kafka_offsets(pb::ListKafkaOffsetsRequest::default())
+    );
     let called: BTreeSet<(String, String)> = called
         .into_iter()
         .map(|(service, rpc)| (service.to_owned(), rpc.to_owned()))
