@@ -1185,6 +1185,11 @@ mod tests {
         assert_eq!(config.amqps_addr, Some("10.0.0.11:5671".parse().unwrap()));
         assert_eq!(config.amqp_addr, Some(AMQP_ADDR_DEFAULT.parse().unwrap()));
         assert_eq!(config.blob_addr, Some("10.0.0.11:10000".parse().unwrap()));
+        assert_eq!(
+            config.kafka_tls_addr,
+            Some("10.0.0.11:9093".parse().unwrap())
+        );
+        assert_eq!(config.kafka_addr, Some(KAFKA_ADDR_DEFAULT.parse().unwrap()));
 
         let uncommented: String = EXAMPLE
             .lines()
@@ -1212,6 +1217,15 @@ mod tests {
         assert_eq!(config.retention, RetentionSettings::default());
         assert_eq!(config.connections, ConnectionSettings::default());
         assert_eq!(config.amqp_addr, Some(AMQP_ADDR_DEFAULT.parse().unwrap()));
+        assert_eq!(config.kafka_addr, Some(KAFKA_ADDR_DEFAULT.parse().unwrap()));
+        assert_eq!(
+            config.advertise_kafka_addr.as_deref(),
+            Some("node-1.example.internal:9092")
+        );
+        assert_eq!(
+            config.advertise_kafka_tls_addr.as_deref(),
+            Some("node-1.example.internal:9093")
+        );
     }
 
     #[test]

@@ -13,14 +13,16 @@
 //!   `defaultMode`); the root filesystem is read-only and every capability dropped.
 //!
 //! Then the cluster must form (every pod answers its probes' paths, AMQP on its `amqp`
-//! and `amqps` ports, and the Blob API on its `blob` port, over HTTPS), serve (the chart's own helm test pod creates a hub, sends and reads
+//! and `amqps` ports, the Blob API on its `blob` port, over HTTPS, and Kafka's ApiVersions
+//! on its `kafka` and `kafka-tls` ports), serve (the chart's own helm test pod creates a hub, sends and reads
 //! back through the client Service name, over TLS with the root key), and a pod's preStop
 //! hook must drain it so that it stops cleanly and undrains itself when it starts again.
 //! The drain is refused from another machine.
 //!
 //! A second run renders `ci/insecure-values.yaml` (no TLS, no authorization): the cluster
-//! key alone must then let the pods start and form a cluster on the network, and the Blob
-//! endpoint answers in plain text.
+//! key alone must then let the pods start and form a cluster on the network, the Blob
+//! endpoint answers in plain text, and every pod's Metadata lists the three pods as Kafka
+//! brokers at their own DNS names.
 //!
 //! Needs Docker, the `tributary:test` image (`scripts/docker-image`) and helm (installed by
 //! `scripts/helm-check`), so it runs from `scripts/chart-check`, which sets
@@ -38,7 +40,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tributary_cluster_tests::containers::{IMAGE_DEFAULT, create_network, docker, image_exists};
 use tributary_cluster_tests::{
     REQUIRED_VALUE, TestDir, TlsTrust, amqp_answers, binary_path, blob_answers, eventually,
-    http_get, http_post, is_required, poll_until, require_tool,
+    http_get, http_post, is_required, kafka_answers, kafka_brokers, poll_until, require_tool,
 };
 
 /// Set to `1` by scripts/chart-check, which provides what this test needs.
@@ -541,6 +543,102 @@ impl StartedChart {
         }
     }
 
+    /// The node listens for Kafka on all interfaces at container port 9092 (`kafka`) and,
+    /// when `tls`, 9093 (`kafka-tls`), advertising the pod's DNS name under the headless
+    /// Service; every pod answers ApiVersions on each (over TLS with the pod's certificate,
+    /// from the cluster CA, valid for the pod's IP, on `kafka-tls`). Without
+    /// `authorization` (Metadata needs no SASL login) every pod lists the three pods as
+    /// brokers: node 1N at pod N's DNS name, port 9092, as rendered.
+    async fn check_kafka(&self, tls: bool, authorization: bool) {
+        assert_eq!(
+            self.config_line("kafka_addr").as_deref(),
+            Some("kafka_addr = \"0.0.0.0:9092\"")
+        );
+        assert_eq!(
+            self.config_line("kafka_tls_addr"),
+            tls.then(|| "kafka_tls_addr = \"0.0.0.0:9093\"".to_owned())
+        );
+        let names: Vec<&str> = seq(&self.node["ports"])
+            .iter()
+            .map(|port| str_of(&port["name"]))
+            .filter(|name| name.starts_with("kafka"))
+            .collect();
+        let expected: &[&str] = if tls {
+            &["kafka", "kafka-tls"]
+        } else {
+            &["kafka"]
+        };
+        assert_eq!(names, expected, "the node container's Kafka ports");
+        assert_eq!(port_of(&self.node, &Value::from("kafka")), 9092);
+        let advertised = |variable: &str| {
+            seq(&self.node["env"])
+                .iter()
+                .find(|env| str_of(&env["name"]) == variable)
+                .map(|env| str_of(&env["value"]).to_owned())
+        };
+        let plain_advertised = advertised("TRIBUTARY_ADVERTISE_KAFKA_ADDR")
+            .expect("the node container advertises its Kafka address");
+        assert!(
+            plain_advertised.starts_with("$(POD_NAME).") && plain_advertised.ends_with(".svc:9092"),
+            "the advertised Kafka address names the pod: {plain_advertised}"
+        );
+        if tls {
+            assert_eq!(port_of(&self.node, &Value::from("kafka-tls")), 9093);
+            assert_eq!(
+                advertised("TRIBUTARY_ADVERTISE_KAFKA_TLS_ADDR"),
+                Some(plain_advertised.replace(":9092", ":9093"))
+            );
+        } else {
+            assert_eq!(advertised("TRIBUTARY_ADVERTISE_KAFKA_TLS_ADDR"), None);
+        }
+        let brokers: Vec<(i32, String)> = self
+            .pods
+            .iter()
+            .map(|pod| {
+                let node_id = format!("1{}", pod.index).parse().unwrap();
+                (node_id, plain_advertised.replace("$(POD_NAME)", &pod.name))
+            })
+            .collect();
+        let ca_pem = self.dir.path().join("ca").join("ca.pem");
+        for pod in &self.pods {
+            let ip = pod.ip.unwrap();
+            let server_name = ip.to_string();
+            let mut listeners = vec![(SocketAddr::from((ip, 9092)), None)];
+            if tls {
+                let trust = TlsTrust {
+                    ca_pem: &ca_pem,
+                    server_name: &server_name,
+                };
+                listeners.push((SocketAddr::from((ip, 9093)), Some(trust)));
+            }
+            for (addr, trust) in listeners {
+                let what = format!("{} answering Kafka's ApiVersions on {addr}", pod.name);
+                eventually(READY_TIMEOUT, what, async || {
+                    kafka_answers(addr, trust).await
+                })
+                .await;
+            }
+            if !authorization {
+                let addr = SocketAddr::from((ip, 9092));
+                let what = format!("{} listing every pod as a Kafka broker", pod.name);
+                eventually(READY_TIMEOUT, what, async || {
+                    let mut listed: Vec<(i32, String)> = kafka_brokers(addr, None)
+                        .await?
+                        .iter()
+                        .map(|broker| (broker.node_id, broker.addr()))
+                        .collect();
+                    listed.sort();
+                    if listed == brokers {
+                        Ok(())
+                    } else {
+                        Err(format!("Metadata lists {listed:?}, not {brokers:?}"))
+                    }
+                })
+                .await;
+            }
+        }
+    }
+
     /// Node `i`'s `/metrics`.
     async fn metrics(&self, i: usize) -> String {
         let http = port_of(&self.node, &Value::from("http"));
@@ -775,6 +873,8 @@ async fn the_rendered_statefulset_forms_a_cluster_that_serves_and_answers_its_pr
     chart.check_amqp(&["amqp", "amqps"]).await;
     // The Blob checkpoint endpoint: HTTPS, refusing calls without a credential.
     chart.check_blob(true, true).await;
+    // Kafka: plain text and TLS, each pod advertising its own name.
+    chart.check_kafka(true, true).await;
 
     // The chart's helm test pod: create a hub, send, read back, through the client
     // Service's name, over TLS with the root key. Its containers run in order.
@@ -907,6 +1007,8 @@ async fn without_tls_the_cluster_key_alone_lets_the_pods_form_a_cluster() {
     chart.check_amqp(&["amqp"]).await;
     // The Blob checkpoint endpoint in plain text, answering without a credential.
     chart.check_blob(false, false).await;
+    // Kafka in plain text only, every pod listing every pod as a broker at its own name.
+    chart.check_kafka(false, false).await;
     // Every pod is ready: the cluster formed over peer connections the key admitted.
     for i in 0..chart.pods.len() {
         let metrics = chart.metrics(i).await;

@@ -1,7 +1,8 @@
 //! `deploy/compose/docker-compose.yml`: one command brings up a working three-node cluster
-//! (all three nodes up, each node's AMQP listener and Blob checkpoint endpoint answering on
-//! its published ports, a hub replicated on every node, events sent and read back through
-//! node 1's published port). The nodes' peer ports are on the compose network, so they
+//! (all three nodes up, each node's AMQP listener, Blob checkpoint endpoint and Kafka
+//! listener answering on its published ports, every node listing the three Kafka brokers
+//! at their published ports, a hub replicated on every node, events sent and read back
+//! through node 1's published port). The nodes' peer ports are on the compose network, so they
 //! start only with the cluster key the file's one-shot service makes: three nodes up means
 //! they hold it and admit each other.
 //!
@@ -21,8 +22,8 @@ use tokio::time::Instant;
 use tributary_client::{Client, EventData, EventPosition, SendTarget};
 use tributary_cluster_tests::containers::{IMAGE_DEFAULT, image_exists};
 use tributary_cluster_tests::{
-    REQUIRED_VALUE, amqp_answers, blob_answers, eventually, free_port, is_required, poll_until,
-    require_tool, test_seed,
+    REQUIRED_VALUE, amqp_answers, blob_answers, eventually, free_port, is_required, kafka_answers,
+    kafka_brokers, poll_until, require_tool, test_seed,
 };
 
 /// Set to `1` by scripts/compose-check, which provides what this test needs.
@@ -121,6 +122,7 @@ async fn compose_file_brings_up_a_working_three_node_cluster() {
     let port = free_port();
     let amqp_ports = [free_port(), free_port(), free_port()];
     let blob_ports = [free_port(), free_port(), free_port()];
+    let kafka_ports = [free_port(), free_port(), free_port()];
     let project = Project {
         tool,
         file: compose_file(),
@@ -137,6 +139,9 @@ async fn compose_file_brings_up_a_working_three_node_cluster() {
             ("TRIBUTARY_NODE1_BLOB_PORT", blob_ports[0].to_string()),
             ("TRIBUTARY_NODE2_BLOB_PORT", blob_ports[1].to_string()),
             ("TRIBUTARY_NODE3_BLOB_PORT", blob_ports[2].to_string()),
+            ("TRIBUTARY_NODE1_KAFKA_PORT", kafka_ports[0].to_string()),
+            ("TRIBUTARY_NODE2_KAFKA_PORT", kafka_ports[1].to_string()),
+            ("TRIBUTARY_NODE3_KAFKA_PORT", kafka_ports[2].to_string()),
         ],
     };
     let up = project.run(&["up", "-d"]);
@@ -185,6 +190,36 @@ async fn compose_file_brings_up_a_working_three_node_cluster() {
         let what = format!("node {node}'s Blob checkpoint endpoint answering on {addr}");
         eventually(CLUSTER_UP_TIMEOUT, &what, async || {
             blob_answers(addr, None, false).await
+        })
+        .await;
+    }
+    // Each node's Kafka listener, on its published port; and what every node tells Kafka
+    // clients: the three nodes as brokers at their published ports, which this machine
+    // reaches (authorization is off, so Metadata needs no SASL login).
+    let advertised: Vec<(i32, String)> = (1..)
+        .zip(kafka_ports)
+        .map(|(node, port)| (node, format!("127.0.0.1:{port}")))
+        .collect();
+    for (node, kafka_port) in (1..).zip(kafka_ports) {
+        let addr = SocketAddr::from(([127, 0, 0, 1], kafka_port));
+        let what = format!("node {node}'s Kafka listener answering on {addr}");
+        eventually(CLUSTER_UP_TIMEOUT, &what, async || {
+            kafka_answers(addr, None).await
+        })
+        .await;
+        let what = format!("node {node} listing the three Kafka brokers at their published ports");
+        eventually(CLUSTER_UP_TIMEOUT, &what, async || {
+            let mut brokers: Vec<(i32, String)> = kafka_brokers(addr, None)
+                .await?
+                .iter()
+                .map(|broker| (broker.node_id, broker.addr()))
+                .collect();
+            brokers.sort();
+            if brokers == advertised {
+                Ok(())
+            } else {
+                Err(format!("Metadata lists {brokers:?}, not {advertised:?}"))
+            }
         })
         .await;
     }

@@ -80,6 +80,10 @@ amqp_addr = "none"
 amqps_addr = "0.0.0.0:5671"
 {{- end }}
 blob_addr = "0.0.0.0:10000"
+kafka_addr = "0.0.0.0:9092"
+{{- if .Values.tls.enabled }}
+kafka_tls_addr = "0.0.0.0:9093"
+{{- end }}
 seeds = {{ include "tributary.seeds" . }}
 bootstrap_expect = {{ int .Values.bootstrapExpect }}
 controller_voters = {{ int .Values.controllerVoters }}
