@@ -13,7 +13,7 @@
 //! [`BEAT_TIMEOUT`] later, as quickly as an awake group would.
 //!
 //! Any write wakes a leader at once ([`Hibernation::wake_for_write`]; openraft replicates
-//! entries whether or not it ticks), and a leader whose beats a member stops acknowledging wakes
+//! entries whether or not it ticks; a write reaching a follower wakes nothing), and a leader whose beats a member stops acknowledging wakes
 //! the groups it shares with it, so heartbeats tell a follower that moved on to a newer
 //! term. Sleeping is only ever a liveness matter: a replica that ticks when it need not
 //! costs CPU, never safety.
@@ -74,10 +74,18 @@ impl Hibernation {
     /// leader lease has lapsed and openraft would refuse the write: it first confirms its
     /// leadership with one heartbeat round (bounded by [`BEAT_TIMEOUT`]; a failure shows
     /// in the write that follows).
+    ///
+    /// A follower stays asleep: openraft turns the write away naming the leader without
+    /// ticking, while a follower woken here would find its leader lease long expired,
+    /// campaign at once and unseat a healthy leader (a client with out-of-date routing, or a
+    /// node trying a send here before passing it on, would then move leaderships around).
     pub async fn wake_for_write<SM>(&self, raft: &Raft<SM>)
     where
         SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
     {
+        if raft.metrics().borrow_watched().state != ServerState::Leader {
+            return;
+        }
         if self.wake(raft) {
             let confirm = raft.ensure_linearizable(openraft::ReadPolicy::ReadIndex);
             let _ = tokio::time::timeout(BEAT_TIMEOUT, confirm).await;

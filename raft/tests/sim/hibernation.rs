@@ -168,6 +168,57 @@ async fn scenario(shared: Arc<Shared>) -> turmoil::Result {
     )
     .await;
 
+    // A write reaching a follower of a sleeping group (a client whose routing is out of
+    // date) is turned away naming the leader, and wakes nothing: no election follows, the
+    // same node leads in the same term, and every replica stays asleep.
+    let (leader_node, leader_raft, _) = shared.leader(group(2), None).expect("a leader");
+    let term = leader_raft.metrics().borrow_watched().current_term;
+    let (follower_raft, follower_hibernation) = {
+        let replicas = shared.replicas.lock().expect("replicas lock");
+        let follower = replicas
+            .iter()
+            .find(|r| r.group == group(2) && r.node != leader_node)
+            .expect("a follower");
+        (follower.raft.clone(), follower.hibernation.clone())
+    };
+    follower_hibernation.wake_for_write(&follower_raft).await;
+    let refused = tokio::time::timeout(
+        Duration::from_secs(1),
+        follower_raft.client_write(Proposal::Append(AppendBatch {
+            enqueued_time_ms: 0,
+            event_count: 1,
+            events: Bytes::from_static(b"to a follower"),
+            producer: None,
+        })),
+    )
+    .await;
+    assert!(
+        matches!(
+            refused,
+            Ok(Err(openraft::error::RaftError::APIError(
+                openraft::error::ClientWriteError::ForwardToLeader(_)
+            )))
+        ),
+        "a follower's write: {refused:?}"
+    );
+    // Nothing must happen: watched for several beat timeouts, after which a woken follower
+    // would have campaigned.
+    tokio::time::sleep(BEAT_TIMEOUT * 3).await;
+    let (now_leading, now_raft, _) = shared.leader(group(2), None).expect("a leader");
+    assert_eq!(
+        (
+            now_leading,
+            now_raft.metrics().borrow_watched().current_term
+        ),
+        (leader_node, term),
+        "a write to a follower moved the leadership"
+    );
+    assert_eq!(
+        shared.asleep(None),
+        replicas,
+        "a write to a follower woke a replica"
+    );
+
     // A membership change on a sleeping group goes through (a leader that slept refuses
     // changes until it has confirmed its leadership): its voters shrink to two nodes and
     // grow back to three, and it falls asleep again.
