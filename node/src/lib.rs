@@ -502,18 +502,19 @@ impl Node {
             plain: joined(&kafka_plain),
             tls: joined(&kafka_tls),
         });
-        let kafka_directory = Arc::new(tributary_kafka::directory::Directory::default());
-        let kafka_groups = Arc::new(tributary_kafka::Groups::default());
+        let kafka_settings = tributary_kafka::KafkaSettings {
+            service: service.clone(),
+            directory: Arc::new(tributary_kafka::directory::Directory::default()),
+            groups: Arc::new(tributary_kafka::Groups::default()),
+            request_bytes_max: config.publish_bytes_max * 2 + REQUEST_OVERHEAD_BYTES,
+            clock: clock.clone(),
+        };
         let kafka_context = |tls: bool, advertised: (String, u16)| {
-            Arc::new(tributary_kafka::KafkaContext {
-                node: tributary_forward::AnyNode::new(service.clone()),
+            Arc::new(tributary_kafka::KafkaContext::new(
+                &kafka_settings,
                 tls,
                 advertised,
-                directory: kafka_directory.clone(),
-                groups: kafka_groups.clone(),
-                request_bytes_max: config.publish_bytes_max * 2 + REQUEST_OVERHEAD_BYTES,
-                clock: clock.clone(),
-            })
+            ))
         };
         let kafka_gate = limits::ConnectionGate::new("kafka", connections.max_connections);
         if let (Some(listener), Some(advertised)) = (kafka_listener, kafka_plain) {

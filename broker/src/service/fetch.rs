@@ -70,6 +70,10 @@ impl Service {
                 })
                 .map_err(|err| self.broker.partition_error(err))?;
         }
+        // What was acknowledged before this fetch is in it: a sender hears of its numbers a
+        // moment before readers see its events, so wait until everything this replica has
+        // applied is readable.
+        partition.settled_progress().await;
         let mut progress = partition.subscribe();
         let deadline = tokio::time::Instant::now() + request.wait;
         loop {

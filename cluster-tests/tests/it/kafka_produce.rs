@@ -1,13 +1,16 @@
 //! Kafka clients, unchanged, producing to a three-node cluster's Kafka listeners: Debian's
 //! kcat (`-L` metadata, `-P` with keys) and confluent-kafka (librdkafka 2.16, from
 //! `scripts/python-test-deps`) with acks=all and every codec, logging in with SASL PLAIN as
-//! Event Hubs takes it. What they sent is read back through the gRPC API at the sequence
-//! numbers the Kafka clients were told.
+//! Event Hubs takes it. What they sent is read back through the gRPC API and the CLI at the
+//! sequence numbers the Kafka clients were told, and events sent through the gRPC API and
+//! the CLI are consumed over Kafka.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use futures::StreamExt;
 use serde_json::{Value as Json, json};
 use tributary_client::{
@@ -15,8 +18,10 @@ use tributary_client::{
 };
 use tributary_cluster_tests::kafka_tools::kcat;
 use tributary_cluster_tests::python_tools::python_deps;
-use tributary_cluster_tests::{LocalCluster, TestDir, eventually};
+use tributary_cluster_tests::{LocalCluster, TestDir, cli_ok, eventually};
 use tributary_types::partition_for_key;
+
+use crate::kafka_raw::{NOT_LEADER_OR_FOLLOWER, PartitionAnswer, RawKafka};
 
 const SCRIPT: &str = include_str!("kafka_clients.py");
 const ROOT_RULE: &str = "RootManageSharedAccessKey";
@@ -305,6 +310,58 @@ async fn kcat_and_confluent_kafka_produce_through_any_node() {
     let stored: usize = by_partition.values().map(Vec::len).sum();
     assert_eq!(stored, 2 + 40 * codecs.len());
 
+    // The CLI lists partition 3 as the Kafka clients stored it: each record at its
+    // delivered offset as sequence number, its key as partition key, its headers as
+    // properties (bytes, shown as base64).
+    let listed = cli_ok(
+        &cluster.nodes[2].endpoint(),
+        &[
+            "--connection-string",
+            &connection_string(ROOT_KEY),
+            "--output",
+            "json",
+            "receive",
+            HUB,
+            "--partition",
+            "3",
+            "--count",
+            &by_partition[&3].len().to_string(),
+        ],
+    )
+    .await;
+    let lines: BTreeMap<i64, Json> = listed
+        .lines()
+        .map(|line| {
+            let event: Json = serde_json::from_str(line).unwrap();
+            (event["sequence_number"].as_i64().unwrap(), event)
+        })
+        .collect();
+    let on_3: Vec<&Json> = delivered
+        .iter()
+        .filter(|d| d["partition"] == json!(3))
+        .collect();
+    assert_eq!(lines.len(), on_3.len(), "{listed}");
+    for delivery in on_3 {
+        let offset = delivery["offset"].as_i64().unwrap();
+        let line = lines
+            .get(&offset)
+            .unwrap_or_else(|| panic!("the CLI lists no sequence number {offset}: {listed}"));
+        let key = delivery["key"].as_str().unwrap();
+        let index = key.rsplit('-').next().unwrap();
+        let codec = delivery["codec"].as_str().unwrap();
+        assert_eq!(line["partition_key"], json!(key), "{line}");
+        assert_eq!(
+            line["body"],
+            json!(format!("{codec}/value-{index}")),
+            "{line}"
+        );
+        assert_eq!(
+            (&line["properties"]["codec"], &line["properties"]["index"]),
+            (&json!(BASE64.encode(codec)), &json!(BASE64.encode(index))),
+            "{line}"
+        );
+    }
+
     // kcat -C (Fetch, ListOffsets) reads partition 2 back through a node that leads none
     // or some of it: keys, values and offsets as produced.
     let consumed = run_kcat(
@@ -449,6 +506,56 @@ async fn kcat_and_confluent_kafka_produce_through_any_node() {
         format!("grpc-key=from-grpc;origin=grpc@{last}")
     );
 
+    // An event sent by the CLI with a partition key is consumed over Kafka with that key,
+    // at the sequence number the CLI printed.
+    let sent: Json = serde_json::from_str(
+        &cli_ok(
+            &cluster.nodes[0].endpoint(),
+            &[
+                "--connection-string",
+                &connection_string(ROOT_KEY),
+                "--output",
+                "json",
+                "send",
+                HUB,
+                "--partition-key",
+                "cli-key",
+                "--body",
+                "from-cli",
+            ],
+        )
+        .await,
+    )
+    .unwrap();
+    let cli_partition = partition_for_key("cli-key", PARTITIONS as u16).to_string();
+    assert_eq!(sent["partition"], json!(cli_partition), "{sent}");
+    let sequence_number = sent["sequence_number"].as_i64().unwrap();
+    let consumed = run_kcat(
+        &kcat,
+        cluster.nodes[1].kafka_addr().port(),
+        &[
+            "-C",
+            "-t",
+            HUB,
+            "-p",
+            &cli_partition,
+            "-o",
+            &sequence_number.to_string(),
+            "-c",
+            "1",
+            "-e",
+            "-f",
+            "%k=%s@%o\n",
+        ],
+        None,
+    )
+    .await;
+    assert!(consumed.status.success(), "{consumed:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&consumed.stdout).trim(),
+        format!("cli-key=from-cli@{sequence_number}")
+    );
+
     // A wrong key: the login is refused, nothing is stored, and the node goes on serving.
     let summary = run_python(
         &venv,
@@ -474,7 +581,73 @@ async fn kcat_and_confluent_kafka_produce_through_any_node() {
         }
         n
     };
-    assert_eq!(after, stored + 1, "nothing stored by the refused producer");
+    assert_eq!(after, stored + 2, "nothing stored by the refused producer");
     let again = run_kcat(&kcat, port, &["-L", "-J"], None).await;
     assert!(again.status.success(), "{again:?}");
+
+    // A Produce or a Fetch reaching a node that does not lead the partition (a client whose
+    // Metadata is out of date) is answered NOT_LEADER_OR_FOLLOWER at once, and nothing is
+    // stored; the client refreshes its Metadata and goes to the leader, where both succeed.
+    // Leadership settles on each partition's preferred replica after the hub is made:
+    // wait for that, so the leader does not move away during the check.
+    let leader = eventually(
+        Duration::from_secs(60),
+        "partition 0 led by its preferred replica",
+        async || {
+            let status = root.cluster_status().await.map_err(|e| e.to_string())?;
+            let partition = status
+                .partitions
+                .iter()
+                .find(|p| p.event_hub == HUB && p.partition_id == "0")
+                .ok_or("partition 0 is not listed")?;
+            match partition.replicas.first() {
+                Some(preferred) if partition.leader != 0 && preferred.node == partition.leader => {
+                    Ok(partition.leader)
+                }
+                _ => Err(format!("led by node {}", partition.leader)),
+            }
+        },
+    )
+    .await;
+    let at = |node: u64| {
+        cluster.nodes[usize::try_from(node - 1).unwrap()]
+            .kafka_addr()
+            .port()
+    };
+    let end = i64::try_from(read_all(&root, 0).await.len()).unwrap();
+    let mut elsewhere = RawKafka::login(at(leader % 3 + 1), &connection_string(ROOT_KEY)).await;
+    let refused = elsewhere.produce(HUB, 0, "to-a-follower").await;
+    assert_eq!(
+        refused.partition.error_code, NOT_LEADER_OR_FOLLOWER,
+        "{refused:?}"
+    );
+    let fetched = elsewhere.fetch(HUB, 0).await;
+    assert_eq!(
+        fetched.error_code,
+        NOT_LEADER_OR_FOLLOWER,
+        "{fetched:?} from node {} (leader {leader}, end {end})",
+        leader % 3 + 1
+    );
+    let mut there = RawKafka::login(at(leader), &connection_string(ROOT_KEY)).await;
+    assert_eq!(
+        there.produce(HUB, 0, "to-the-leader").await.partition,
+        PartitionAnswer {
+            error_code: 0,
+            offset: end
+        }
+    );
+    assert_eq!(
+        there.fetch(HUB, 0).await,
+        PartitionAnswer {
+            error_code: 0,
+            offset: end + 1
+        }
+    );
+    let bodies: Vec<Vec<u8>> = read_all(&root, 0)
+        .await
+        .iter()
+        .skip(usize::try_from(end).unwrap())
+        .map(|e| e.body.to_vec())
+        .collect();
+    assert_eq!(bodies, vec![b"to-the-leader".to_vec()]);
 }

@@ -28,6 +28,7 @@ mod idempotent;
 mod kafka_groups;
 mod kafka_idempotent;
 mod kafka_produce;
+mod kafka_raw;
 mod load;
 mod peer_security;
 mod placement;

@@ -60,16 +60,34 @@ enum Hop {
     Node(NodeId),
 }
 
+/// Whether an error met on the way is answered to the caller as it is instead of being
+/// followed (see [`AnyNode::redirecting`]).
+pub type Redirect = Arc<dyn Fn(&Error) -> bool + Send + Sync>;
+
 /// The broker's [`Service`] from any node: each call runs on the partition's leader. Cheap
 /// to clone.
 #[derive(Clone)]
 pub struct AnyNode {
     service: Service,
+    redirect: Option<Redirect>,
 }
 
 impl AnyNode {
     pub fn new(service: Service) -> AnyNode {
-        AnyNode { service }
+        AnyNode {
+            service,
+            redirect: None,
+        }
+    }
+
+    /// Calls that fail with an error `redirect` picks (a NOT_LEADER naming a leader the
+    /// caller's clients can reach themselves, as Kafka clients do) return that error at
+    /// once, without being passed on; every other error is followed as before.
+    pub fn redirecting(self, redirect: impl Fn(&Error) -> bool + Send + Sync + 'static) -> AnyNode {
+        AnyNode {
+            redirect: Some(Arc::new(redirect)),
+            ..self
+        }
     }
 
     /// The service the calls run on when this node leads.
@@ -209,6 +227,13 @@ impl AnyNode {
     /// Where to try after `err`, or `err` itself when trying again cannot help (or the
     /// deadline has passed).
     async fn next_hop(&self, err: Error, hop: Hop, deadline: Instant) -> Result<Hop, Error> {
+        if self
+            .redirect
+            .as_ref()
+            .is_some_and(|redirect| redirect(&err))
+        {
+            return Err(err);
+        }
         let me = self.service.broker().runtime().me.id;
         let next = match (&err.kind, hop) {
             (

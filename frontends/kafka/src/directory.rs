@@ -15,6 +15,8 @@ pub const METADATA_AGE_MAX: Duration = Duration::from_millis(250);
 #[derive(Default)]
 pub struct Directory {
     cached: tokio::sync::Mutex<Option<(Instant, Arc<Endpoints>)>>,
+    /// The last answer, readable while another caller is asking the nodes again.
+    latest: std::sync::RwLock<Option<Arc<Endpoints>>>,
 }
 
 impl Directory {
@@ -29,15 +31,17 @@ impl Directory {
         }
         let endpoints = Arc::new(service.endpoints().await);
         *cached = Some((Instant::now(), endpoints.clone()));
+        *self.latest.write().unwrap_or_else(|e| e.into_inner()) = Some(endpoints.clone());
         endpoints
     }
 
-    /// The last directory asked for, if any (never waits for the nodes).
+    /// The last directory asked for, if any: never waits for the nodes, nor for a caller
+    /// asking them again.
     pub fn last(&self) -> Option<Arc<Endpoints>> {
-        self.cached
-            .try_lock()
-            .ok()
-            .and_then(|cached| cached.as_ref().map(|(_, e)| e.clone()))
+        self.latest
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 

@@ -57,15 +57,7 @@ async fn fetch_one(
         max_bytes: wanted.max_bytes,
         wait,
     };
-    match context
-        .node
-        .service()
-        .fetch(credential, request.clone())
-        .await
-    {
-        Err(err) if !context.tells_leader(&err) => context.node.fetch(credential, request).await,
-        fetched => fetched,
-    }
+    context.node.fetch(credential, request).await
 }
 
 /// Fetch: every partition read at once; when none has an event, waits up to max_wait_ms
@@ -290,15 +282,7 @@ async fn at_time(
         max_bytes: 1,
         wait: Duration::ZERO,
     };
-    let batch = match context
-        .node
-        .service()
-        .fetch(credential, request.clone())
-        .await
-    {
-        Err(err) if !context.tells_leader(&err) => context.node.fetch(credential, request).await,
-        fetched => fetched,
-    }?;
+    let batch = context.node.fetch(credential, request).await?;
     Ok(batch
         .events
         .first()

@@ -250,13 +250,7 @@ pub async fn produce(
                     events,
                     producer: producer.map(Producer::Kafka),
                 };
-                let sent = match context.node.service().send(credential, send.clone()).await {
-                    Err(err) if !context.tells_leader(&err) => {
-                        context.node.send(credential, send).await
-                    }
-                    sent => sent,
-                };
-                match sent {
+                match context.node.send(credential, send).await {
                     Ok(reply) => answer.base_offset = reply.first_sequence.0,
                     Err(err) => {
                         answer.error_code = error_code(&err);

@@ -41,7 +41,7 @@ pub mod sasl;
 
 use std::sync::Arc;
 
-use tributary_broker::error::Error;
+use tributary_broker::service::Service;
 use tributary_forward::AnyNode;
 use tributary_types::Clock;
 
@@ -49,6 +49,10 @@ use crate::directory::Directory;
 
 /// What every connection of one of a node's Kafka listeners shares.
 pub struct KafkaContext {
+    /// The broker's service from any node. A call reaching a node that does not lead its
+    /// partition fails with NOT_LEADER_OR_FOLLOWER when the client can reach the leader over
+    /// this listener (it refreshes Metadata and goes there), and is passed on to the leader
+    /// otherwise (no leader elected yet, or one without such a listener).
     pub node: AnyNode,
     /// Whether this is the TLS listener: Metadata then lists the nodes' TLS addresses.
     pub tls: bool,
@@ -65,20 +69,37 @@ pub struct KafkaContext {
     pub groups: Arc<groups::Groups>,
 }
 
+/// What a node's Kafka listeners are built from.
+pub struct KafkaSettings {
+    pub service: Service,
+    pub directory: Arc<Directory>,
+    pub groups: Arc<groups::Groups>,
+    pub request_bytes_max: usize,
+    pub clock: Arc<dyn Clock>,
+}
+
 impl KafkaContext {
+    /// The context of one listener: `tls` says which, `advertised` is its address for
+    /// clients.
+    pub fn new(settings: &KafkaSettings, tls: bool, advertised: (String, u16)) -> KafkaContext {
+        let me = settings.service.broker().runtime().me.id;
+        let directory = settings.directory.clone();
+        let node = AnyNode::new(settings.service.clone()).redirecting(move |err| {
+            directory::names_reachable_leader(err, me, directory.last().as_deref(), tls)
+        });
+        KafkaContext {
+            node,
+            tls,
+            advertised,
+            directory: settings.directory.clone(),
+            request_bytes_max: settings.request_bytes_max,
+            clock: settings.clock.clone(),
+            groups: settings.groups.clone(),
+        }
+    }
+
     /// This node's id, the broker id clients see.
     pub fn me(&self) -> u64 {
         self.node.service().broker().runtime().me.id
-    }
-
-    /// Whether `err` is answered to the client as it is (NOT_LEADER_OR_FOLLOWER naming a
-    /// leader the client can reach), rather than the call being passed on to the leader.
-    pub fn tells_leader(&self, err: &Error) -> bool {
-        directory::names_reachable_leader(
-            err,
-            self.me(),
-            self.directory.last().as_deref(),
-            self.tls,
-        )
     }
 }
