@@ -11,6 +11,7 @@
 //! the client's `CliCommand` cannot include it.)
 
 mod amqp;
+mod breakdown;
 mod checkpoints;
 mod consume;
 mod failover;
@@ -24,6 +25,7 @@ mod rebuild;
 mod report;
 mod retention;
 
+pub use breakdown::{Breakdown, StageRow};
 pub use checkpoints::{CheckpointsArgs, CheckpointsReport};
 pub use failover::{FailoverArgs, FailoverReport};
 pub use idle::{IdleArgs, IdleReport};
@@ -79,6 +81,16 @@ pub struct BenchArgs {
         default_value = "http://127.0.0.1:7402/metrics"
     )]
     pub metrics_url: Vec<String>,
+    /// After the run, show where a send's time went: each node's histograms of the stages
+    /// of a send (`tributary_send_stage_seconds`), read from --metrics-url before and after
+    /// the run, as a table of stage, count, mean, p50, p99 and share of the mean send time:
+    /// on the leader front end, appender wait, commit (within it the leader's log write and
+    /// the replication round trip, the follower's handling and log write), apply and reply;
+    /// what the transport adds; and the storage shards' queue, log write with fsync and
+    /// index commit of every durable log write. List every node of the cluster in
+    /// --metrics-url. With --output json: the report's `breakdown` object.
+    #[arg(long)]
+    pub breakdown: bool,
     /// Send over AMQP 1.0 instead of gRPC, to these AMQP listeners (the nodes'
     /// `--amqp-addr`), comma-separated; connection i goes to address i mod count. Each
     /// producer has a sender link; with --batch-size above 1 each delivery is an Event Hubs
@@ -367,6 +379,11 @@ async fn measure(
     );
 
     let before = sample_nodes(&args.metrics_url).await;
+    let stages_before = if args.breakdown {
+        Some(breakdown::read_nodes(&args.metrics_url).await)
+    } else {
+        None
+    };
     let before_at = Instant::now();
     let hub_name: std::sync::Arc<str> = hub.name.as_str().into();
     let shape = args.load.shape(consumers.is_some());
@@ -390,8 +407,16 @@ async fn measure(
     };
     let after = sample_nodes(&args.metrics_url).await;
     let metrics_window = before_at.elapsed().as_secs_f64();
+    let stages_after = if args.breakdown {
+        Some(breakdown::read_nodes(&args.metrics_url).await)
+    } else {
+        None
+    };
     let outcome =
         outcome.with_context(|| format!("a producer failed while sending to '{}'", hub.name))?;
+    let breakdown = stages_before.zip(stages_after).map(|(before, after)| {
+        breakdown::Breakdown::new(&args.metrics_url, &before, &after, &outcome.latency_us)
+    });
     let consumed = consume::finish(consumers, outcome.sends * u64::from(args.load.batch_size))
         .await
         .with_context(|| format!("a consumer failed while reading '{}'", hub.name))?;
@@ -404,7 +429,7 @@ async fn measure(
         .zip(before.iter().zip(&after))
         .map(|(url, (before, after))| node_usage(url, before, after, metrics_window))
         .collect();
-    Ok(BenchReport::from_measurements(report::Measurements {
+    let mut report = BenchReport::from_measurements(report::Measurements {
         protocol,
         hub: hub.name.clone(),
         partitions: hub.partition_ids.len() as u32,
@@ -423,7 +448,9 @@ async fn measure(
         consumed: consumed.map(|c| (c.events_received, c.latency_us)),
         fsyncs,
         nodes,
-    }))
+    });
+    report.breakdown = breakdown;
+    Ok(report)
 }
 
 /// How long consumers may take, once the producers stop, to receive what was sent.

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use crate::breakdown::Breakdown;
 use crate::load::KeyDistribution;
 
 /// Bytes in a megabyte for the rates we print (decimal, as network rates are).
@@ -55,6 +56,9 @@ pub struct BenchReport {
     pub fsyncs_unavailable_reason: Option<String>,
     /// Each watched node's CPU and memory (`--metrics-url`).
     pub nodes: Vec<NodeUsage>,
+    /// Where the sends' time went, with `--breakdown`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breakdown: Option<Breakdown>,
 }
 
 /// One node's resource use during a bench run.
@@ -159,6 +163,7 @@ impl BenchReport {
             sends_per_fsync,
             fsyncs_unavailable_reason,
             nodes: m.nodes,
+            breakdown: None,
         }
     }
 
@@ -239,7 +244,11 @@ impl BenchReport {
         for node in &self.nodes {
             rows.push(("node", format!("{}: {}", node.metrics_url, node.describe())));
         }
-        key_value_table(&rows)
+        let mut table = key_value_table(&rows);
+        if let Some(breakdown) = &self.breakdown {
+            table.push_str(&breakdown.to_table());
+        }
+        table
     }
 }
 

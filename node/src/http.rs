@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use crate::restart_drain::RestartDrain;
 use tributary_broker::Broker;
 use tributary_broker::fault::FaultHooks;
+use tributary_types::send_stage;
 
 /// How long `POST /drain` waits for leaderships to move unless told.
 const DRAIN_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
@@ -80,6 +81,12 @@ pub fn metrics_handle() -> PrometheusHandle {
             let handle = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS_SECONDS)
                 .expect("the latency buckets are not empty")
+                // Finer, for the stages of a send (a full name wins over a suffix).
+                .set_buckets_for_metric(
+                    Matcher::Full(send_stage::SEND_STAGE_METRIC.into()),
+                    send_stage::SEND_STAGE_BUCKETS_SECONDS,
+                )
+                .expect("the stage buckets are not empty")
                 .set_buckets_for_metric(
                     Matcher::Full("tributary_storage_commit_batch_writes".into()),
                     BATCH_BUCKETS_WRITES,
@@ -168,6 +175,15 @@ pub fn metrics_handle() -> PrometheusHandle {
                 "tributary_send_duration_seconds",
                 metrics::Unit::Seconds,
                 "Time from a send's arrival to its commit, by hub"
+            );
+            metrics::describe_histogram!(
+                send_stage::SEND_STAGE_METRIC,
+                metrics::Unit::Seconds,
+                "Time a send spends in each stage, by stage: on its leader front_end, \
+                 appender_wait, commit, apply and reply, which add up to total; within commit \
+                 leader_log_write and replication (leader), follower_handle and follower_write \
+                 (follower); storage_queue, storage_log_write and storage_index_commit of every \
+                 durable log write"
             );
             metrics::describe_gauge!(
                 "tributary_storage_data_bytes",

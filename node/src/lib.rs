@@ -258,6 +258,9 @@ impl Node {
         config: NodeConfig,
         clock: Arc<dyn tributary_types::Clock>,
     ) -> anyhow::Result<Node> {
+        // The recorder first: storage and Raft record from their first write on, and the
+        // auth gauge set below is kept.
+        http::metrics_handle();
         let mut identity = identity::load_or_create(
             &config.data_dir,
             config.node_id,
@@ -468,8 +471,6 @@ impl Node {
         tasks.spawn(telemetry::run(broker.clone()));
         tasks.spawn(follow_feature_level(runtime.view(), data_dir, identity));
 
-        // The recorder first, so the auth gauge set next is kept.
-        http::metrics_handle();
         report_peer_protection(&config, peer_protected, peer_addr);
         let auth = Auth::new(
             config.auth == config::AuthMode::Sas,

@@ -192,8 +192,9 @@ where
                 .await
                 .map_err(|e| start_error(e.to_string()))?;
         }
-        let log_store =
-            LogStore::new(group, shard.clone()).map_err(|e| start_error(e.to_string()))?;
+        let log_store = LogStore::new(group, shard.clone())
+            .map_err(|e| start_error(e.to_string()))?
+            .for_member(member);
         let network = NetworkFactory::new(self.router.clone(), group);
         debug_assert_eq!(crate::member_node(member), self.node_id);
         let config = if group == GroupId::CONTROLLER {

@@ -4,6 +4,7 @@ use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use bytes::Bytes;
 use openraft::OptionalSend;
@@ -11,8 +12,8 @@ use openraft::alias::{EntryOf, LogIdOf, VoteOf};
 use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use tributary_storage::{Durability, MetaKey, Mutation, Shard};
-use tributary_types::GroupId;
 use tributary_types::format;
+use tributary_types::{GroupId, SendStage};
 
 use crate::types::TypeConfig;
 
@@ -35,6 +36,9 @@ pub struct LogStore {
     first_readable: Arc<AtomicU64>,
     /// The newest appended entries. Shared with the log readers (clones of this store).
     tail: Arc<Mutex<Tail>>,
+    /// This replica's member id, which tells the leader's own entries from those it
+    /// receives; `None`: writes are not timed.
+    member: Option<u64>,
 }
 
 /// Bytes of entries already written that a group keeps in memory at most, waiting for the
@@ -91,10 +95,29 @@ impl LogStore {
             shard,
             first_readable: Arc::new(AtomicU64::new(0)),
             tail: Arc::default(),
+            member: None,
         };
         let purged: Option<LogIdOf<TypeConfig>> = store.read_meta(MetaKey::Purged)?;
         store.first_readable = Arc::new(AtomicU64::new(purged.map_or(0, |id| id.index() + 1)));
         Ok(store)
+    }
+
+    /// The store of member `member`'s replica: its writes are timed, as the leader's
+    /// (`leader_log_write`) or a follower's (`follower_write`), for a partition's group.
+    pub fn for_member(mut self, member: u64) -> Self {
+        self.member = Some(member);
+        self
+    }
+
+    /// The stage appending `entry` (and those after it) is timed as, if any: entries this
+    /// replica proposed are the leader's writes, others a follower's.
+    fn write_stage(&self, entry: &EntryOf<TypeConfig>) -> Option<SendStage> {
+        let member = self.member.filter(|_| self.group != GroupId::CONTROLLER)?;
+        Some(if entry.log_id.leader_id.node_id == member {
+            SendStage::LeaderLogWrite
+        } else {
+            SendStage::FollowerWrite
+        })
     }
 
     fn read_meta<T: serde::de::DeserializeOwned>(&self, key: MetaKey) -> io::Result<Option<T>> {
@@ -312,11 +335,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = EntryOf<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        let since = Instant::now();
+        let mut stage = None;
         let mut mutations = Vec::new();
         let mut ids = Vec::new();
         {
             let mut tail = self.tail.lock().expect("tail lock");
             for entry in entries {
+                if ids.is_empty() {
+                    stage = self.write_stage(&entry);
+                }
                 let encoded = encode(&entry)?;
                 let bytes = encoded.len();
                 mutations.push(Mutation::PutLog {
@@ -362,6 +390,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                     }
                     tail.written_bytes += written;
                     tail.trim();
+                    drop(tail);
+                    if let Some(stage) = stage {
+                        stage.record_since(since);
+                    }
                 }
                 callback.io_completed(result.map_err(io::Error::from));
             })

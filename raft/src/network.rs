@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use openraft::OptionalSend;
@@ -23,7 +23,7 @@ use serde::de::DeserializeOwned;
 use tonic::transport::{Channel, Endpoint};
 use tributary_proto::peer::raft_peer_client::RaftPeerClient;
 use tributary_proto::peer::{GroupBatch, GroupMessage, MessageKind, group_reply};
-use tributary_types::GroupId;
+use tributary_types::{GroupId, SendStage};
 
 use crate::coalesce::{COALESCE_WINDOW, Coalescer};
 use crate::log_store::{decode, encode};
@@ -426,7 +426,9 @@ impl GroupRouter<TypeConfig, GroupId> for PeerRouter {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         let heartbeat = shares_batches(self.heartbeats, rpc.entries.len());
-        Ok(self
+        // A partition's entries make a round trip of the `replication` stage.
+        let timed = (!rpc.entries.is_empty() && group != GroupId::CONTROLLER).then(Instant::now);
+        let reply = self
             .call(
                 target,
                 group,
@@ -435,7 +437,11 @@ impl GroupRouter<TypeConfig, GroupId> for PeerRouter {
                 option.soft_ttl(),
                 heartbeat,
             )
-            .await?)
+            .await?;
+        if let Some(since) = timed {
+            SendStage::Replication.record_since(since);
+        }
+        Ok(reply)
     }
 
     async fn vote(

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
@@ -14,7 +14,7 @@ use tributary_proto::peer::raft_peer_server::{RaftPeer, RaftPeerServer};
 use tributary_proto::peer::{
     GroupBatch, GroupBatchReply, GroupMessage, GroupReply, MessageKind, group_reply,
 };
-use tributary_types::GroupId;
+use tributary_types::{GroupId, SendStage};
 
 use crate::host::GroupHost;
 use crate::log_store::{decode, encode};
@@ -397,8 +397,15 @@ where
     match kind {
         MessageKind::AppendEntries => {
             let req: AppendEntriesRequest<TypeConfig> = decode(bytes).map_err(|e| text(&e))?;
+            // A partition's entries: the follower's part of their replication is timed.
+            let timed = (!req.entries.is_empty() && message.group != GroupId::CONTROLLER.to_u64())
+                .then(Instant::now);
             let resp = raft.append_entries(req).await.map_err(|e| text(&e))?;
-            encode(&resp).map_err(|e| text(&e))
+            let reply = encode(&resp).map_err(|e| text(&e));
+            if let Some(since) = timed {
+                SendStage::FollowerHandle.record_since(since);
+            }
+            reply
         }
         MessageKind::Vote => {
             let req: VoteRequest<TypeConfig> = decode(bytes).map_err(|e| text(&e))?;

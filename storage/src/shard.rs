@@ -3,11 +3,12 @@ use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use bytes::Bytes;
 use redb::{Database, ReadableDatabase, ReadableTable, WriteTransaction};
 use tokio::sync::{mpsc, oneshot, watch};
-use tributary_types::{GroupId, HubId};
+use tributary_types::{GroupId, HubId, SendStage};
 
 use crate::error::StorageError;
 use crate::mutation::{Durability, IndexRow, MetaKey, Mutation};
@@ -101,6 +102,8 @@ struct Write {
     mutations: Vec<Mutation>,
     durability: Durability,
     done: Completion,
+    /// When it was queued (the `storage_queue` stage of a durable write).
+    queued: Instant,
 }
 
 struct Counters {
@@ -249,6 +252,7 @@ impl Shard {
                 .collect(),
             durability: Durability::Lazy,
             done: Box::new(|_| {}),
+            queued: Instant::now(),
         };
         // The queue is empty: nothing else has been written yet.
         self.tx
@@ -311,6 +315,7 @@ impl Shard {
                 mutations,
                 durability,
                 done: Box::new(done),
+                queued: Instant::now(),
             })
             .await
             .map_err(|_| StorageError::Closed)
@@ -1019,7 +1024,9 @@ fn writer_loop(
         }
         let durable = batch.iter().any(|w| w.durability == Durability::Immediate);
         let failed_before = failure.borrow().clone();
-        let started = std::time::Instant::now();
+        let started = Instant::now();
+        // When the batch was durable in the log, before redb committed its index rows.
+        let mut logged = None;
         let result = match failed_before {
             Some(err) => Err(StorageError::Failed(err.to_string())),
             None => match wal.as_mut() {
@@ -1033,6 +1040,7 @@ fn writer_loop(
                         if durable {
                             checkpointed.wal.sync()?;
                         }
+                        logged = Some(Instant::now());
                         let mut placed = Placed {
                             locations: locations.iter(),
                             delta: BTreeMap::new(),
@@ -1047,8 +1055,12 @@ fn writer_loop(
                 None => commit_batch(&db, &batch, durable, None),
             },
         };
+        let finished = Instant::now();
         metrics::histogram!("tributary_storage_commit_seconds", "durable" => if durable { "true" } else { "false" })
-            .record(started.elapsed().as_secs_f64());
+            .record(finished.duration_since(started).as_secs_f64());
+        if durable && result.is_ok() {
+            record_stages(&batch, started, logged, finished);
+        }
         record_failure(&failure, &result);
         counters.commits.fetch_add(1, Ordering::Relaxed);
         counters
@@ -1077,6 +1089,20 @@ fn writer_loop(
         && let Err(err) = checkpointed.checkpoint(&db)
     {
         tracing::warn!(%err, "the final storage checkpoint failed; the next start replays the write-ahead log");
+    }
+}
+
+/// The shard's part of a batch's durable writes (see [`tributary_types::send_stage`]): each
+/// one's wait in the queue, the batch's log append with its fsync, and its redb commit.
+fn record_stages(batch: &[Write], started: Instant, logged: Option<Instant>, finished: Instant) {
+    for write in batch {
+        if write.durability == Durability::Immediate {
+            SendStage::StorageQueue.record_between(write.queued, started);
+        }
+    }
+    if let Some(logged) = logged {
+        SendStage::StorageLogWrite.record_between(started, logged);
+        SendStage::StorageIndexCommit.record_between(logged, finished);
     }
 }
 

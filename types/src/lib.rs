@@ -1,5 +1,6 @@
 //! Vocabulary shared by every Tributary crate: typed ids, limits, the partition-key hash,
-//! naming rules, the clock and shared access signatures.
+//! naming rules, the clock, shared access signatures and the stages a send's time is
+//! measured in.
 
 pub mod clock;
 pub mod format;
@@ -8,6 +9,7 @@ pub mod limits;
 pub mod names;
 pub mod partition_key;
 pub mod sas;
+pub mod send_stage;
 pub mod throttle;
 pub mod time_format;
 
@@ -22,4 +24,5 @@ pub use sas::{
     AuthError, AuthorizationRule, ConnectionString, ConnectionStringError, Credential, Grant,
     Rights, SasToken, TokenError, authorize, parse_token, sign, verify,
 };
+pub use send_stage::SendStage;
 pub use time_format::{TimeParseError, UtcDateTime, format_rfc3339_ms, parse_rfc3339_ms};

@@ -14,6 +14,7 @@
 //! events to one contiguous run of sequence numbers.)
 
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
@@ -21,7 +22,7 @@ use tributary_raft::openraft_api::ClientWriteError;
 use tributary_raft::{
     AppendBatch, AppendOutcome, Hibernation, Producer, Proposal, ProposalResult, Raft,
 };
-use tributary_types::{Clock, MonotonicStamp};
+use tributary_types::{Clock, MonotonicStamp, SendStage};
 
 use crate::group::GroupStateMachine;
 
@@ -37,7 +38,13 @@ pub struct Part {
     pub events: Bytes,
     pub event_count: u32,
     pub producer: Option<Producer>,
+    /// When the send reached the partition (its `appender_wait` stage starts).
+    pub since: Instant,
 }
+
+/// A send's share of its entry's result, and when that result reached the appender (the
+/// send's `reply` stage starts).
+pub type Answer = Result<(ProposalResult, Instant), Failure>;
 
 /// Why a send's entry did not commit. Shared by every send of the entry, so it is cloneable.
 #[derive(Debug, Clone)]
@@ -53,7 +60,7 @@ pub enum Failure {
 
 struct Queued {
     part: Part,
-    reply: oneshot::Sender<Result<ProposalResult, Failure>>,
+    reply: oneshot::Sender<Answer>,
 }
 
 /// The queue of one partition's sends; the loop ends when this is dropped.
@@ -79,7 +86,7 @@ impl Appender {
     /// Proposes `part` (merged with others into one entry) and waits for its entry to be
     /// applied. The result is the part's own: an `Appended` outcome names its first
     /// sequence number and offset.
-    pub async fn append(&self, part: Part) -> Result<ProposalResult, Failure> {
+    pub async fn append(&self, part: Part) -> Answer {
         let (reply, result) = oneshot::channel();
         self.tx
             .send(Queued { part, reply })
@@ -163,7 +170,8 @@ async fn propose(
         },
         batch[0].part.producer,
     );
-    let (responder, result) = tributary_raft::WriteResponder::complete_only();
+    let (responder, committed, result) = tributary_raft::WriteResponder::new();
+    let proposed = Instant::now();
     if let Err(fatal) = raft.client_write_ff(proposal, Some(responder)).await {
         let failure = Failure::Other(fatal.to_string());
         for queued in batch {
@@ -172,7 +180,10 @@ async fn propose(
         return;
     }
     tokio::spawn(async move {
+        // The commit notice comes first; an entry that fails gets none.
+        let committed = committed.await.ok().map(|_| Instant::now());
         let result = result.await;
+        let answered = Instant::now();
         drop(permit);
         let result = match result {
             Ok(Ok(response)) => Ok(response.data),
@@ -182,8 +193,31 @@ async fn propose(
             Ok(Err(other)) => Err(Failure::Other(other.to_string())),
             Err(_) => Err(Failure::Stopped),
         };
-        split(result, batch);
+        let times = Times {
+            proposed,
+            committed: committed.unwrap_or(answered),
+            answered,
+        };
+        split(result, batch, times);
     });
+}
+
+/// When an entry was handed to openraft, committed, and its result reached the appender.
+#[derive(Debug, Clone, Copy)]
+struct Times {
+    proposed: Instant,
+    committed: Instant,
+    answered: Instant,
+}
+
+impl Times {
+    /// Records one acknowledged send's stages in the appender (see
+    /// [`tributary_types::send_stage`]).
+    fn record(&self, since: Instant) {
+        SendStage::AppenderWait.record_between(since, self.proposed);
+        SendStage::Commit.record_between(self.proposed, self.committed);
+        SendStage::Apply.record_between(self.committed, self.answered);
+    }
 }
 
 /// The entry for `batch`, stamped by its (only) send's producer, if any.
@@ -198,8 +232,9 @@ pub fn proposal(batch: AppendBatch, producer: Option<Producer>) -> Proposal {
     }
 }
 
-/// Hands each send of an entry its share of the entry's result.
-fn split(result: Result<ProposalResult, Failure>, batch: Vec<Queued>) {
+/// Hands each send of an entry its share of the entry's result, recording the stages of
+/// each acknowledged one.
+fn split(result: Result<ProposalResult, Failure>, batch: Vec<Queued>, times: Times) {
     let mut sequence_before = 0i64;
     let mut bytes_before = 0i64;
     for queued in batch {
@@ -214,7 +249,12 @@ fn split(result: Result<ProposalResult, Failure>, batch: Vec<Queued>) {
         };
         sequence_before += i64::from(queued.part.event_count);
         bytes_before += queued.part.events.len() as i64;
-        let _ = queued.reply.send(own);
+        if own.is_ok() {
+            times.record(queued.part.since);
+        }
+        let _ = queued
+            .reply
+            .send(own.map(|result| (result, times.answered)));
     }
 }
 
@@ -222,10 +262,7 @@ fn split(result: Result<ProposalResult, Failure>, batch: Vec<Queued>) {
 mod tests {
     use super::*;
 
-    fn queued(
-        events: &[u8],
-        count: u32,
-    ) -> (Queued, oneshot::Receiver<Result<ProposalResult, Failure>>) {
+    fn queued(events: &[u8], count: u32) -> (Queued, oneshot::Receiver<Answer>) {
         let (reply, rx) = oneshot::channel();
         (
             Queued {
@@ -233,11 +270,21 @@ mod tests {
                     events: Bytes::copy_from_slice(events),
                     event_count: count,
                     producer: None,
+                    since: Instant::now(),
                 },
                 reply,
             },
             rx,
         )
+    }
+
+    fn times() -> Times {
+        let now = Instant::now();
+        Times {
+            proposed: now,
+            committed: now,
+            answered: now,
+        }
     }
 
     #[test]
@@ -250,9 +297,11 @@ mod tests {
             first_offset: 5000,
             enqueued_time_ms: 42,
         };
-        split(Ok(ProposalResult::Appended(outcome)), vec![a, b, c]);
-        let got = |rx: &mut oneshot::Receiver<_>| match rx.try_recv().unwrap() {
-            Ok(ProposalResult::Appended(o)) => {
+        let times = times();
+        split(Ok(ProposalResult::Appended(outcome)), vec![a, b, c], times);
+        let got = |rx: &mut oneshot::Receiver<Answer>| match rx.try_recv().unwrap() {
+            Ok((ProposalResult::Appended(o), answered)) => {
+                assert_eq!(answered, times.answered);
                 (o.first_sequence, o.first_offset, o.enqueued_time_ms)
             }
             other => panic!("unexpected {other:?}"),
@@ -266,7 +315,7 @@ mod tests {
     fn a_failed_entry_fails_every_send_in_it() {
         let (a, mut ra) = queued(&[0; 10], 2);
         let (b, mut rb) = queued(&[0; 7], 1);
-        split(Err(Failure::ForwardToLeader(Some(3))), vec![a, b]);
+        split(Err(Failure::ForwardToLeader(Some(3))), vec![a, b], times());
         for rx in [&mut ra, &mut rb] {
             assert!(matches!(
                 rx.try_recv().unwrap(),

@@ -77,6 +77,9 @@ pub struct Appended {
     pub first_sequence: i64,
     pub offsets: Vec<i64>,
     pub enqueued_time_ms: i64,
+    /// When the entry's result reached the appender: the send's `reply` stage starts (see
+    /// [`tributary_types::send_stage`]).
+    pub answered: std::time::Instant,
 }
 
 /// A committed event as read back.
@@ -445,12 +448,14 @@ impl Partition {
 
     /// Appends a batch encoded with [`codec::encode_batch`], whose event bodies hold
     /// `body_bytes` bytes, atomically (its events are one contiguous run of one Raft entry);
-    /// returns once it is committed and applied.
+    /// returns once it is committed and applied. `since` is when the send reached the
+    /// partition, where its `appender_wait` stage starts.
     pub async fn append(
         &self,
         events: bytes::Bytes,
         body_bytes: u64,
         producer: Option<Producer>,
+        since: std::time::Instant,
     ) -> Result<Appended, PartitionError> {
         let _permit = self
             .inflight
@@ -481,6 +486,7 @@ impl Partition {
             events: events.clone(),
             event_count,
             producer,
+            since,
         };
         let result = match self.appender.append(part()).await {
             Err(appender::Failure::ForwardToLeader(None)) => {
@@ -490,7 +496,7 @@ impl Partition {
             }
             other => other,
         };
-        let result = result.map_err(|failure| match failure {
+        let (result, answered) = result.map_err(|failure| match failure {
             appender::Failure::ForwardToLeader(leader) => PartitionError::NotLeader {
                 leader: leader.map(member_node),
             },
@@ -523,6 +529,7 @@ impl Partition {
                         .map(|p| outcome.first_offset + *p as i64)
                         .collect(),
                     enqueued_time_ms: outcome.enqueued_time_ms,
+                    answered,
                 })
             }
             ProposalResult::None
@@ -570,6 +577,7 @@ impl Partition {
                 .map(|p| progress.next_offset + *p as i64)
                 .collect(),
             enqueued_time_ms: progress.last_time_ms,
+            answered: std::time::Instant::now(),
         })
     }
 

@@ -1,7 +1,9 @@
 //! Publishing: validate, route to a partition, throttle, append through Raft, count.
 
+use std::time::Instant;
+
 use tributary_raft::Producer;
-use tributary_types::{Offset, PartitionId, Rights, SequenceNumber};
+use tributary_types::{Offset, PartitionId, Rights, SendStage, SequenceNumber};
 
 use super::Service;
 use crate::auth::{Credential, Scope};
@@ -44,6 +46,7 @@ impl Service {
         credential: &Credential,
         request: SendRequest,
     ) -> Result<SendReply, Error> {
+        let entered = Instant::now();
         self.check(credential, Scope::Hub(&request.hub), Rights::SEND)?;
         let _in_flight = InFlight::send();
         let broker = &self.broker;
@@ -106,12 +109,12 @@ impl Service {
                 wait,
             ));
         }
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         // A send still waiting when the node shuts down (its partition may have lost its
         // quorum) gives up within the shutdown's drain time, so it never holds the node up.
         let mut closing = broker.closing();
         let appended = tokio::select! {
-            appended = partition.append(events, body_bytes, producer) => {
+            appended = partition.append(events, body_bytes, producer, started) => {
                 appended.map_err(|e| broker.partition_error(e))?
             }
             _ = async {
@@ -125,8 +128,12 @@ impl Service {
             }
         };
         FaultHooks::global().after_commit();
+        let done = Instant::now();
+        SendStage::FrontEnd.record_between(entered, started);
+        SendStage::Reply.record_between(appended.answered, done);
+        SendStage::Total.record_between(entered, done);
         metrics::histogram!("tributary_send_duration_seconds", "hub" => hub.name.clone())
-            .record(started.elapsed().as_secs_f64());
+            .record(done.duration_since(started).as_secs_f64());
         metrics::counter!("tributary_events_in_total", "hub" => hub.name.clone())
             .increment(event_count as u64);
         metrics::counter!("tributary_bytes_in_total", "hub" => hub.name.clone())

@@ -67,6 +67,7 @@ const COMMANDS: &[(&[&str], &[&str])] = &[
             "--batch-size",
             "--duration",
             "--metrics-url",
+            "--breakdown",
         ],
     ),
     (

@@ -42,6 +42,7 @@ mod rolling_restart;
 mod rolling_upgrade;
 mod sas_interop;
 mod script;
+mod send_stages;
 mod shutdown;
 mod signals;
 mod throughput;
