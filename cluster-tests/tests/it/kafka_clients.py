@@ -4,6 +4,7 @@
 # test (kafka_produce.rs) asserts.
 import json
 import sys
+import time
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
@@ -154,6 +155,39 @@ def idempotent():
           flush=True)
 
 
+def pipelined():
+    """Numbered records to one partition, handed over one by one and sent without lingering
+    (acks=all, not idempotent), so that librdkafka has many small Produce requests in flight
+    on its connection at once. One record is sent and acknowledged first: the partition's
+    leader is known before the numbered ones go. Prints each numbered record's number and
+    offset, in the order their acknowledgements came."""
+    acked = []
+    errors = []
+
+    def on_delivery(err, msg):
+        if err is None:
+            acked.append([int(msg.value()), msg.offset()])
+        else:
+            errors.append(f"record {msg.value()}: {err}")
+
+    producer = Producer(config(**{
+        "acks": "all",
+        "linger.ms": 0,
+        "error_cb": lambda e: errors.append(str(e)),
+    }))
+    producer.produce(SETTINGS["topic"], value=b"-1", partition=SETTINGS["partition"])
+    producer.flush(60)
+    for i in range(SETTINGS["count"]):
+        producer.produce(SETTINGS["topic"], value=str(i).encode(),
+                         partition=SETTINGS["partition"], on_delivery=on_delivery)
+        producer.poll(0)
+        time.sleep(SETTINGS["pause_s"])
+    left = producer.flush(60)
+    if left:
+        errors.append(f"{left} records not delivered in 60 s")
+    print(json.dumps({"summary": {"acked": acked, "errors": errors}}), flush=True)
+
+
 def kafka_python_idempotent():
     """kafka-python 3 with its defaults (idempotence on: it calls InitProducerId), sending
     numbered records to one partition."""
@@ -191,4 +225,5 @@ def kafka_python_idempotent():
     "admin": admin,
     "idempotent": idempotent,
     "kafka_python_idempotent": kafka_python_idempotent,
+    "pipelined": pipelined,
 }[SETTINGS["scenario"]]()

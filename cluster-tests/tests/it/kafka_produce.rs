@@ -651,3 +651,49 @@ async fn kcat_and_confluent_kafka_produce_through_any_node() {
         .collect();
     assert_eq!(bodies, vec![b"to-the-leader".to_vec()]);
 }
+
+/// librdkafka sends a connection's Produce requests without waiting for their answers; the
+/// node works on several of them at once (they share commits), and the partition still
+/// stores the records in the order they were sent, acknowledged in that order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_produce_requests_keep_their_order() {
+    const COUNT: usize = 2000;
+    const PARTITION: u32 = 1;
+    let Some((_dir, cluster, root, _kcat, venv)) = start("kafka-pipelined").await else {
+        return;
+    };
+    let ports: Vec<u16> = cluster
+        .nodes
+        .iter()
+        .map(|node| node.kafka_addr().port())
+        .collect();
+    let summary = run_python(
+        &venv,
+        json!({
+            "scenario": "pipelined",
+            "kafka_ports": ports,
+            "connection_string": connection_string(ROOT_KEY),
+            "topic": HUB,
+            "partition": PARTITION,
+            "count": COUNT,
+            "pause_s": 0.0005,
+        }),
+    )
+    .await;
+    assert_eq!(summary["errors"], json!([]), "{summary}");
+    let acked: Vec<(usize, i64)> = serde_json::from_value(summary["acked"].clone()).unwrap();
+    assert_eq!(acked.len(), COUNT, "{summary}");
+    // After the first record (offset 0), each numbered one at the next offset.
+    for (i, (number, offset)) in acked.iter().enumerate() {
+        assert_eq!((*number, *offset), (i, i as i64 + 1), "{summary}");
+    }
+    let bodies: Vec<String> = read_all(&root, PARTITION)
+        .await
+        .iter()
+        .map(|event| String::from_utf8_lossy(&event.body).into_owned())
+        .collect();
+    let sent: Vec<String> = std::iter::once("-1".to_owned())
+        .chain((0..COUNT).map(|i| i.to_string()))
+        .collect();
+    assert_eq!(bodies, sent);
+}

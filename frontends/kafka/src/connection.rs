@@ -2,14 +2,30 @@
 //! order. Before a SASL login (when authorization is on) only ApiVersions and the SASL
 //! calls are answered; a malformed request, or one of an API or version not served, closes
 //! the connection with a log line and nothing else.
+//!
+//! Clients send a connection's requests without waiting for the answers (librdkafka up to
+//! `max.in.flight.requests.per.connection`). A Produce request whose partitions this node
+//! all leads is begun as soon as it arrives, up to [`PIPELINED_PRODUCES_MAX`] at once: its
+//! records join their partitions' append queues behind those of the requests before it,
+//! so each partition keeps the connection's order, and requests arriving while earlier
+//! ones wait for their commit share the next one instead of each waiting its turn. Every
+//! other request (and a Produce that would be passed on to another node, where the order
+//! could not be kept) waits until the requests before it are answered, and is answered
+//! alone, as before.
+
+use std::future::Future;
+use std::pin::Pin;
 
 use bytes::{Bytes, BytesMut};
+use futures::StreamExt as _;
+use futures::stream::FuturesOrdered;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::sasl_authenticate_response::SaslAuthenticateResponse;
 use kafka_protocol::messages::sasl_handshake_response::SaslHandshakeResponse;
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::{AsyncRead, AsyncWrite, BufReader, BufWriter};
+use tokio::sync::mpsc;
 use tributary_broker::auth::Credential;
 
 use crate::frame::{read_frame, write_frame};
@@ -17,6 +33,18 @@ use crate::{KafkaContext, admin, apis, fetch, groups, guard, handlers, producers
 
 /// The one SASL mechanism served.
 const PLAIN: &str = "PLAIN";
+
+/// Produce requests one connection works on at once (each holds its frame, at most the
+/// node's request limit, until answered). While this many wait for their commits, the
+/// next frame is not read.
+pub const PIPELINED_PRODUCES_MAX: usize = 8;
+
+/// A pipelined request's answer to come.
+type Pending<'a> = Pin<Box<dyn Future<Output = Result<Outcome, Closed>> + Send + 'a>>;
+
+/// What the reader passes on: a frame, the end of the connection (`None`), or why the
+/// framing failed.
+type Frame = Result<Option<Bytes>, Closed>;
 
 /// Why a connection is closed (logged, never sent).
 #[derive(Debug, PartialEq, Eq)]
@@ -62,36 +90,156 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let (reader, writer) = tokio::io::split(io);
-    let (mut reader, mut writer) = (BufReader::new(reader), BufWriter::new(writer));
+    let mut writer = BufWriter::new(writer);
+    // Frames are read beside the answering, so answers are written as they come while the
+    // next request is read; one frame waits in the channel at most.
+    let (frames_tx, mut frames) = mpsc::channel::<Frame>(1);
+    let reading = async move {
+        let mut reader = BufReader::new(reader);
+        loop {
+            let frame = read_frame(&mut reader, context.request_bytes_max)
+                .await
+                .map_err(|err| Closed(format!("framing: {err}")));
+            let last = !matches!(frame, Ok(Some(_)));
+            if frames_tx.send(frame).await.is_err() || last {
+                break;
+            }
+        }
+        // The answering side ends the connection, once it has answered what was read.
+        std::future::pending::<Result<(), Closed>>().await
+    };
+    tokio::select! {
+        result = answer_frames(context, &mut frames, &mut writer) => result,
+        result = reading => result,
+    }
+}
+
+/// Answers the frames in the order they came until the client closes the connection or
+/// breaks the protocol: pipelined Produce requests several at once, everything else in
+/// turn.
+async fn answer_frames<W: AsyncWrite + Unpin>(
+    context: &KafkaContext,
+    frames: &mut mpsc::Receiver<Frame>,
+    writer: &mut W,
+) -> Result<(), Closed> {
     let mut session = Session::new(context.node.service().auth_enabled());
+    let mut pipelined: FuturesOrdered<Pending<'_>> = FuturesOrdered::new();
     loop {
-        let frame = match read_frame(&mut reader, context.request_bytes_max).await {
-            Ok(Some(frame)) => frame,
-            Ok(None) => return Ok(()),
-            Err(err) => return Err(Closed(format!("framing: {err}"))),
+        // Polled first, so a request just begun makes its appends before the next frame is
+        // looked at.
+        let frame = tokio::select! {
+            biased;
+            Some(outcome) = pipelined.next() => {
+                deliver(writer, outcome?).await?;
+                continue;
+            }
+            frame = frames.recv(), if pipelined.len() < PIPELINED_PRODUCES_MAX => frame,
         };
-        let outcome = if session.raw_sasl {
+        let frame = match frame {
+            Some(Ok(Some(frame))) => frame,
+            Some(Err(closed)) => return Err(closed),
+            // The client closed the connection: what it sent before is still answered, as
+            // far as it listens.
+            Some(Ok(None)) | None => {
+                let _ = drain(&mut pipelined, writer).await;
+                return Ok(());
+            }
+        };
+        if session.raw_sasl {
+            drain(&mut pipelined, writer).await?;
             session.raw_sasl = false;
             // A bare SASL exchange: an empty frame says yes; a refusal closes.
             match login(context, &frame) {
                 Ok(credential) => {
                     session.credential = credential;
                     session.authenticated = true;
-                    Outcome::reply(BytesMut::new())
+                    deliver(writer, Outcome::reply(BytesMut::new())).await?;
                 }
                 Err(why) => return Err(Closed(format!("SASL login refused: {why}"))),
             }
-        } else {
-            answer(context, &mut session, frame).await?
+            continue;
+        }
+        let request = match read_request(&session, frame)? {
+            Read::Answered(outcome) => {
+                drain(&mut pipelined, writer).await?;
+                deliver(writer, outcome).await?;
+                continue;
+            }
+            Read::Request(request) => request,
         };
-        if let Some(frame) = &outcome.frame {
-            write_frame(&mut writer, frame)
-                .await
-                .map_err(|err| Closed(format!("writing: {err}")))?;
+        match pipeline(context, &session, request) {
+            Ok(pending) => pipelined.push_back(pending),
+            Err(request) => {
+                drain(&mut pipelined, writer).await?;
+                // Boxed: the answers' futures nest deep enough to pass the compiler's
+                // layout limit inside the connection's.
+                let outcome = Box::pin(respond(context, &mut session, request)).await?;
+                deliver(writer, outcome).await?;
+            }
         }
-        if let Some(why) = outcome.close {
-            return Err(Closed(why));
+    }
+}
+
+/// Writes every pipelined answer still to come, in order.
+async fn drain<W: AsyncWrite + Unpin>(
+    pipelined: &mut FuturesOrdered<Pending<'_>>,
+    writer: &mut W,
+) -> Result<(), Closed> {
+    while let Some(outcome) = pipelined.next().await {
+        deliver(writer, outcome?).await?;
+    }
+    Ok(())
+}
+
+/// Writes an answer (none for acks=0); `Err` when the connection closes after it.
+async fn deliver<W: AsyncWrite + Unpin>(writer: &mut W, outcome: Outcome) -> Result<(), Closed> {
+    if let Some(frame) = &outcome.frame {
+        write_frame(writer, frame)
+            .await
+            .map_err(|err| Closed(format!("writing: {err}")))?;
+    }
+    match outcome.close {
+        Some(why) => Err(Closed(why)),
+        None => Ok(()),
+    }
+}
+
+/// A Produce request begun at once, when this node leads every partition it sends to (its
+/// appends then queue here, in the order the requests came); any other request back.
+fn pipeline<'a>(
+    context: &'a KafkaContext,
+    session: &Session,
+    request: Box<Request>,
+) -> Result<Pending<'a>, Box<Request>> {
+    let Request {
+        api,
+        version,
+        header,
+        kind,
+    } = *request;
+    match kind {
+        RequestKind::Produce(produce) if handlers::leads_all(context, &produce) => {
+            let credential = session.credential.clone();
+            let correlation_id = header.correlation_id;
+            Ok(Box::pin(async move {
+                match handlers::produce(context, &credential, produce).await {
+                    Some(response) => encode(
+                        api,
+                        version,
+                        correlation_id,
+                        &ResponseKind::Produce(response),
+                    )
+                    .map(Outcome::reply),
+                    None => Ok(Outcome::silent()),
+                }
+            }))
         }
+        kind => Err(Box::new(Request {
+            api,
+            version,
+            header,
+            kind,
+        })),
     }
 }
 
@@ -110,6 +258,29 @@ impl Outcome {
             close: None,
         }
     }
+
+    /// No answer (a Produce with acks=0), and the connection stays open.
+    fn silent() -> Outcome {
+        Outcome {
+            frame: None,
+            close: None,
+        }
+    }
+}
+
+/// A request read from its frame and checked, to be answered.
+struct Request {
+    api: ApiKey,
+    version: i16,
+    header: RequestHeader,
+    kind: RequestKind,
+}
+
+/// What a frame holds: a request, or its answer when known without asking the node (an
+/// ApiVersions of a version not served).
+enum Read {
+    Answered(Outcome),
+    Request(Box<Request>),
 }
 
 /// A request's API key, version and header, read without trusting the frame.
@@ -137,12 +308,9 @@ pub fn parse_header(frame: &mut Bytes) -> Result<(ApiKey, i16, RequestHeader), C
     Ok((api, version, header))
 }
 
-/// The answer to one request.
-pub async fn answer(
-    context: &KafkaContext,
-    session: &mut Session,
-    mut frame: Bytes,
-) -> Result<Outcome, Closed> {
+/// Reads a request from its frame: the header, whether the session may make it, and the
+/// body (walked by the guard first).
+fn read_request(session: &Session, mut frame: Bytes) -> Result<Read, Closed> {
     let (api, version, header) = parse_header(&mut frame)?;
     metrics::counter!("tributary_kafka_requests_total", "api" => format!("{api:?}")).increment(1);
     if api == ApiKey::ApiVersions && !apis::supported(api, version) {
@@ -153,7 +321,7 @@ pub async fn answer(
             header.correlation_id,
             &ResponseKind::ApiVersions(response),
         )
-        .map(Outcome::reply);
+        .map(|frame| Read::Answered(Outcome::reply(frame)));
     }
     let open = matches!(
         api,
@@ -167,9 +335,29 @@ pub async fn answer(
     // kafka-protocol reserves arrays' declared lengths: bodies are walked first.
     guard::check(api, version, &frame)
         .map_err(|err| Closed(format!("a malformed {api:?} v{version} request: {}", err.0)))?;
-    let request = RequestKind::decode(api, &mut frame, version)
+    let kind = RequestKind::decode(api, &mut frame, version)
         .map_err(|err| Closed(format!("a malformed {api:?} v{version} request: {err}")))?;
-    let response = match request {
+    Ok(Read::Request(Box::new(Request {
+        api,
+        version,
+        header,
+        kind,
+    })))
+}
+
+/// The answer to a request read from its frame.
+async fn respond(
+    context: &KafkaContext,
+    session: &mut Session,
+    request: Box<Request>,
+) -> Result<Outcome, Closed> {
+    let Request {
+        api,
+        version,
+        header,
+        kind,
+    } = *request;
+    let response = match kind {
         RequestKind::ApiVersions(_) => Some(ResponseKind::ApiVersions(apis::api_versions(0))),
         RequestKind::SaslHandshake(request) => {
             let mut response = SaslHandshakeResponse::default();
@@ -248,10 +436,7 @@ pub async fn answer(
         Some(response) => {
             encode(api, version, header.correlation_id, &response).map(Outcome::reply)
         }
-        None => Ok(Outcome {
-            frame: None,
-            close: None,
-        }),
+        None => Ok(Outcome::silent()),
     }
 }
 

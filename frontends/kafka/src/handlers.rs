@@ -159,6 +159,24 @@ pub async fn metadata(
     response
 }
 
+/// Whether this node leads every partition `request` sends to: its sends are then
+/// appended here, in the order they are made, rather than passed on to another node.
+pub fn leads_all(context: &KafkaContext, request: &ProduceRequest) -> bool {
+    let broker = context.node.service().broker();
+    let state = broker.runtime().state();
+    request.topic_data.iter().all(|topic| {
+        let Some(hub) = state.hubs.get(topic.name.0.as_str()) else {
+            return false;
+        };
+        topic.partition_data.iter().all(|data| {
+            u16::try_from(data.index)
+                .ok()
+                .and_then(|index| broker.local_partition(hub, index).ok())
+                .is_some_and(|partition| partition.is_leader())
+        })
+    })
+}
+
 /// A partition's part of a produce request, decoded: the events to send and the idempotent
 /// producer's numbering of them, or why not.
 type Decoded = Result<(Vec<EventRecord>, Option<KafkaProducerStamp>), (i16, String)>;
