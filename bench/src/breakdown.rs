@@ -110,7 +110,11 @@ pub(crate) fn parse_page(text: &str) -> StagePage {
         let Some((labels, after)) = labels(rest) else {
             continue;
         };
-        let Some(value) = after.split_whitespace().next().and_then(parse_number) else {
+        let Some(value) = after
+            .split_whitespace()
+            .next()
+            .and_then(crate::metrics::parse_sample)
+        else {
             continue;
         };
         let Some(stage) = label(&labels, "stage") else {
@@ -119,7 +123,7 @@ pub(crate) fn parse_page(text: &str) -> StagePage {
         let histogram = page.entry(stage.to_owned()).or_default();
         match series {
             "bucket" => {
-                if let Some(le) = label(&labels, "le").and_then(parse_number) {
+                if let Some(le) = label(&labels, "le").and_then(crate::metrics::parse_sample) {
                     histogram.add_bucket(le, value);
                 }
             }
@@ -161,14 +165,6 @@ fn labels(text: &str) -> Option<(Vec<(&str, String)>, &str)> {
         };
         labels.push((name.trim(), value));
         rest = &after[end + 1..];
-    }
-}
-
-fn parse_number(text: &str) -> Option<f64> {
-    match text {
-        "+Inf" => Some(f64::INFINITY),
-        "-Inf" => Some(f64::NEG_INFINITY),
-        _ => text.parse().ok(),
     }
 }
 

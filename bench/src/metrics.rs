@@ -189,7 +189,7 @@ fn skip_labels(labels: &str) -> Option<&str> {
     None
 }
 
-fn parse_sample(text: &str) -> Option<f64> {
+pub(crate) fn parse_sample(text: &str) -> Option<f64> {
     match text {
         "+Inf" => Some(f64::INFINITY),
         "-Inf" => Some(f64::NEG_INFINITY),

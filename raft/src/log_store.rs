@@ -369,12 +369,20 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             }
         }
         // Queue the write (shared with every other group's in the shard's next commit) and
-        // return: the entries are readable from the tail meanwhile. Once the commit is
-        // durable they are readable from storage too, may leave the tail, and openraft
-        // hears of the flush.
+        // return: the entries are readable from the tail meanwhile. Openraft hears of the
+        // flush once the shard's log has them durably; once redb has committed them too
+        // they are readable from storage and may leave the tail.
         let tail = self.tail.clone();
+        let flushed = move |result: Result<(), tributary_storage::StorageError>| {
+            if result.is_ok()
+                && let Some(stage) = stage
+            {
+                stage.record_since(since);
+            }
+            callback.io_completed(result.map_err(io::Error::from));
+        };
         self.shard
-            .submit(mutations, Durability::Immediate, move |result| {
+            .submit_flushed(mutations, Durability::Immediate, flushed, move |result| {
                 if result.is_ok() {
                     let mut tail = tail.lock().expect("tail lock");
                     let mut written = 0;
@@ -390,12 +398,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                     }
                     tail.written_bytes += written;
                     tail.trim();
-                    drop(tail);
-                    if let Some(stage) = stage {
-                        stage.record_since(since);
-                    }
                 }
-                callback.io_completed(result.map_err(io::Error::from));
             })
             .await?;
         Ok(())

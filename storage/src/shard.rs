@@ -101,6 +101,9 @@ type Completion = Box<dyn FnOnce(Result<(), StorageError>) + Send + 'static>;
 struct Write {
     mutations: Vec<Mutation>,
     durability: Durability,
+    /// Runs once the write is durable: after the log's fsync, before redb makes it
+    /// readable (for a shard without a log, with `done`).
+    flushed: Option<Completion>,
     done: Completion,
     /// When it was queued (the `storage_queue` stage of a durable write).
     queued: Instant,
@@ -251,6 +254,7 @@ impl Shard {
                 .map(|group| Mutation::DeleteGroup { group })
                 .collect(),
             durability: Durability::Lazy,
+            flushed: None,
             done: Box::new(|_| {}),
             queued: Instant::now(),
         };
@@ -310,11 +314,44 @@ impl Shard {
         durability: Durability,
         done: impl FnOnce(Result<(), StorageError>) + Send + 'static,
     ) -> Result<(), StorageError> {
+        self.queue(mutations, durability, None, Box::new(done))
+            .await
+    }
+
+    /// As [`Shard::submit`], and `flushed` runs as soon as the write is durable in the log:
+    /// after its fsync, before the redb commit that makes it readable, which `done` waits
+    /// for. A caller that keeps what it wrote readable meanwhile (a Raft log's unwritten
+    /// tail) can report durability a redb commit sooner. Both run once; if the write fails
+    /// before it is durable, both get the error.
+    pub async fn submit_flushed(
+        &self,
+        mutations: Vec<Mutation>,
+        durability: Durability,
+        flushed: impl FnOnce(Result<(), StorageError>) + Send + 'static,
+        done: impl FnOnce(Result<(), StorageError>) + Send + 'static,
+    ) -> Result<(), StorageError> {
+        self.queue(
+            mutations,
+            durability,
+            Some(Box::new(flushed)),
+            Box::new(done),
+        )
+        .await
+    }
+
+    async fn queue(
+        &self,
+        mutations: Vec<Mutation>,
+        durability: Durability,
+        flushed: Option<Completion>,
+        done: Completion,
+    ) -> Result<(), StorageError> {
         self.tx
             .send(Write {
                 mutations,
                 durability,
-                done: Box::new(done),
+                flushed,
+                done,
                 queued: Instant::now(),
             })
             .await
@@ -1041,6 +1078,11 @@ fn writer_loop(
                             checkpointed.wal.sync()?;
                         }
                         logged = Some(Instant::now());
+                        for write in &mut batch {
+                            if let Some(flushed) = write.flushed.take() {
+                                flushed(Ok(()));
+                            }
+                        }
                         let mut placed = Placed {
                             locations: locations.iter(),
                             delta: BTreeMap::new(),
@@ -1072,6 +1114,9 @@ fn writer_loop(
             metrics::counter!("tributary_storage_fsyncs_total").increment(1);
         }
         for write in batch.drain(..) {
+            if let Some(flushed) = write.flushed {
+                flushed(result.clone());
+            }
             (write.done)(result.clone());
         }
         if let Some(checkpointed) = wal.as_mut()
@@ -1489,11 +1534,12 @@ mod tests {
 
     /// What a crash leaves on disk: the files as written so far (redb holds only its last
     /// checkpoint; the rest is in the write-ahead log), copied while the shard still runs.
-    fn crash_copy(from: &tempfile::TempDir) -> tempfile::TempDir {
+    fn crash_copy(from: impl AsRef<Path>) -> tempfile::TempDir {
+        let from = from.as_ref();
         let to = tempfile::tempdir().unwrap();
-        std::fs::copy(from.path().join("s.redb"), to.path().join("s.redb")).unwrap();
+        std::fs::copy(from.join("s.redb"), to.path().join("s.redb")).unwrap();
         std::fs::create_dir(to.path().join("s.segments")).unwrap();
-        for file in std::fs::read_dir(from.path().join("s.segments")).unwrap() {
+        for file in std::fs::read_dir(from.join("s.segments")).unwrap() {
             let file = file.unwrap();
             std::fs::copy(
                 file.path(),
@@ -2188,6 +2234,53 @@ mod tests {
         let waited =
             tokio::time::timeout(std::time::Duration::from_millis(50), shard.failed()).await;
         assert!(waited.is_err());
+    }
+
+    /// A durable write is reported flushed once the log holds it (the fsync), before redb's
+    /// commit makes it readable, and done after that commit; a crash after the flush
+    /// (nothing committed to redb yet) still recovers it.
+    #[tokio::test]
+    async fn a_write_is_flushed_when_logged_and_done_once_readable() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = open(&dir);
+        let (seen_tx, seen_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = oneshot::channel();
+        let reader = shard.clone();
+        let flushed_seen = seen_tx.clone();
+        let crash_from = dir.path().to_path_buf();
+        shard
+            .submit_flushed(
+                vec![put(0, 1)],
+                Durability::Immediate,
+                move |result| {
+                    result.unwrap();
+                    let readable = reader.log_entry(group(0), 1).unwrap().is_some();
+                    // What is on disk at this moment, as a crash would leave it.
+                    let copy = crash_copy(&crash_from);
+                    flushed_seen
+                        .send(("flushed", readable, Some(copy)))
+                        .unwrap();
+                },
+                move |result| {
+                    result.unwrap();
+                    seen_tx.send(("done", true, None)).unwrap();
+                    done_tx.send(()).unwrap();
+                },
+            )
+            .await
+            .unwrap();
+        done_rx.await.unwrap();
+        let (first, readable, crashed) = seen_rx.recv().unwrap();
+        assert_eq!(first, "flushed", "flushed runs first");
+        assert!(!readable, "flushed runs before redb's commit");
+        assert_eq!(seen_rx.recv().unwrap().0, "done");
+        assert!(shard.log_entry(group(0), 1).unwrap().is_some());
+        let crashed = crashed.unwrap();
+        let recovered = open(&crashed);
+        assert_eq!(
+            recovered.log_entry(group(0), 1).unwrap(),
+            Some(Bytes::from("entry 0/1"))
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -38,6 +38,13 @@ const MAGIC: &[u8; 8] = b"TRBSEG01";
 const LEGACY_MAGIC: &[u8; 8] = b"TRBWAL01";
 const HEADER_BYTES: u64 = 16;
 const RECORD_HEADER_BYTES: usize = 8;
+/// The active segment's disk space is reserved this far ahead of its records, so that an
+/// append writes into blocks the file already has: its fdatasync then flushes only data.
+/// An append that grows the file also commits the new size and block map through the
+/// filesystem's journal, several times the data flush (on ext4 here: about 1.5 ms against
+/// 0.2 ms per small record). The unwritten tail reads as zeros, which ends replay like a
+/// torn record; a segment is cut back to its records when it is closed.
+const PREALLOCATE_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Where one log entry's bytes lie.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,6 +154,8 @@ pub(crate) struct Wal {
     active_id: u64,
     /// Bytes in the active segment (header included): where the next record goes.
     active_len: u64,
+    /// Bytes of the active segment reserved on disk ([`PREALLOCATE_BYTES`] ahead).
+    allocated: u64,
     segment_bytes_max: u64,
     /// Records and bytes appended since the last checkpoint.
     records: u64,
@@ -241,6 +250,8 @@ impl Wal {
             active,
             active_id: next,
             active_len,
+            // Nothing to gain where the log lives in memory, and memory to lose.
+            allocated: if in_memory(dir) { u64::MAX } else { active_len },
             segment_bytes_max,
             records: 0,
             bytes: 0,
@@ -283,6 +294,7 @@ impl Wal {
             self.roll()?;
         }
         let at = self.active_len;
+        self.reserve(at + self.buf.len() as u64);
         self.active
             .write_all_at(&self.buf, at)
             .map_err(|e| self.error("write", e))?;
@@ -345,13 +357,41 @@ impl Wal {
     /// Closes the active segment (fsynced, so only the newest segment can be torn) and
     /// starts the next.
     fn roll(&mut self) -> Result<(), StorageError> {
+        if self.allocated > self.active_len {
+            // Only the newest segment may end in zeros: replay stops there, and drops
+            // every later segment as written after a torn record.
+            self.active
+                .set_len(self.active_len)
+                .map_err(|e| self.error("cut the reserved tail", e))?;
+        }
         self.sync()?;
         let next = self.active_id + 1;
         let (active, len) = create_segment(&self.segments, next)?;
         self.active = active;
         self.active_id = next;
         self.active_len = len;
+        if self.allocated != u64::MAX {
+            self.allocated = len;
+        }
         Ok(())
+    }
+
+    /// Reserves the active segment's blocks through `end`, and [`PREALLOCATE_BYTES`] beyond
+    /// (not past the segment's size limit unless one record is larger). Best effort: on a
+    /// filesystem without `fallocate` appends grow the file, as they would anyway.
+    fn reserve(&mut self, end: u64) {
+        if end <= self.allocated {
+            return;
+        }
+        let target = (end + PREALLOCATE_BYTES).min(self.segment_bytes_max.max(end));
+        match preallocate(&self.active, self.allocated, target - self.allocated) {
+            Ok(()) => self.allocated = target,
+            Err(err) => {
+                tracing::debug!(%err, segment = self.active_id, "cannot reserve log segment space; appending without");
+                // Do not ask again.
+                self.allocated = u64::MAX;
+            }
+        }
     }
 
     fn error(&self, what: &str, err: std::io::Error) -> StorageError {
@@ -361,6 +401,35 @@ impl Wal {
             self.segments.dir.display()
         ))
     }
+}
+
+/// Whether `dir` is on a memory-backed filesystem (tmpfs), where reserving blocks only
+/// takes memory: its fsync flushes nothing.
+#[cfg(target_os = "linux")]
+fn in_memory(dir: &Path) -> bool {
+    nix::sys::statfs::statfs(dir)
+        .is_ok_and(|fs| fs.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn in_memory(_dir: &Path) -> bool {
+    false
+}
+
+#[cfg(target_os = "linux")]
+fn preallocate(file: &File, offset: u64, len: u64) -> std::io::Result<()> {
+    nix::fcntl::fallocate(
+        file,
+        nix::fcntl::FallocateFlags::empty(),
+        offset as i64,
+        len as i64,
+    )
+    .map_err(std::io::Error::from)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn preallocate(_file: &File, _offset: u64, _len: u64) -> std::io::Result<()> {
+    Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
 }
 
 /// Creates segment `id` with its header, durably (file and directory entry).
@@ -928,6 +997,46 @@ pub(crate) mod tests {
             prop_assert!(replay.len() <= batches.len());
             prop_assert!(same(&replay, &batches[..replay.len()]));
         }
+    }
+
+    /// Appends write into space the segment already reserved, so their fsyncs flush data
+    /// only; a log left with its reserved tail (a crash, or a stop) replays every record,
+    /// and the segment is cut back to them.
+    #[test]
+    fn appends_fill_reserved_space_and_a_reserved_tail_replays_every_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log");
+        let (mut wal, _) = Wal::open(&log, Position::default(), 64 << 20).unwrap();
+        let start = wal.position();
+        let path = segment_path(&log, start.segment);
+        let batch = |index| {
+            vec![Mutation::PutLog {
+                group: GroupId::from_u64(1),
+                index,
+                entry: Bytes::from(vec![index as u8; 1000]),
+            }]
+        };
+        wal.append(batch(1).iter()).unwrap();
+        let reserved = std::fs::metadata(&path).unwrap().len();
+        assert!(
+            reserved >= PREALLOCATE_BYTES,
+            "the first append reserves {PREALLOCATE_BYTES} bytes ahead, the file has {reserved}"
+        );
+        for index in 2..=100 {
+            wal.append(batch(index).iter()).unwrap();
+            wal.sync().unwrap();
+        }
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            reserved,
+            "appends within the reserved space do not grow the file"
+        );
+        let end = wal.position().offset;
+        drop(wal);
+        let (_, replay) = Wal::open(&log, start, 64 << 20).unwrap();
+        let expected: Vec<Vec<Mutation>> = (1..=100).map(batch).collect();
+        assert!(same(&replay, &expected), "every record replays");
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), end);
     }
 
     #[test]

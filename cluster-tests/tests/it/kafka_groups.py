@@ -205,7 +205,8 @@ def pair():
 
 # kafka-python 3, with its defaults (idempotent producer, auto commit)
 
-def kafka_python_options():
+def python_client_options():
+    """kafka-python's and aiokafka's settings, which share their names."""
     return dict(
         bootstrap_servers=servers(),
         security_protocol="SASL_PLAINTEXT",
@@ -221,7 +222,7 @@ def kafka_python():
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
     errors = []
-    producer = KafkaProducer(**kafka_python_options())
+    producer = KafkaProducer(**python_client_options())
     futures = []
     for i in range(SETTINGS["count"]):
         key, value = keyed(i)
@@ -239,7 +240,7 @@ def kafka_python():
     producer.close(10)
 
     consumer = KafkaConsumer(TOPIC, group_id=GROUP, client_id="kafka-python",
-                             **kafka_python_options())
+                             **python_client_options())
     read = []
 
     def poll():
@@ -263,21 +264,11 @@ def kafka_python():
 
 # aiokafka, with its defaults
 
-def aiokafka_options():
-    return dict(
-        bootstrap_servers=servers(),
-        security_protocol="SASL_PLAINTEXT",
-        sasl_mechanism="PLAIN",
-        sasl_plain_username="$ConnectionString",
-        sasl_plain_password=SETTINGS["connection_string"],
-    )
-
-
 async def aiokafka_run():
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
     errors = []
-    producer = AIOKafkaProducer(**aiokafka_options())
+    producer = AIOKafkaProducer(**python_client_options())
     await producer.start()
     delivered = []
     try:
@@ -296,7 +287,7 @@ async def aiokafka_run():
         await producer.stop()
 
     consumer = AIOKafkaConsumer(TOPIC, group_id=GROUP, client_id="aiokafka",
-                                **aiokafka_options())
+                                **python_client_options())
     await consumer.start()
     read = []
     try:

@@ -23,8 +23,10 @@ pub(crate) const INTERVAL: Duration = Duration::from_millis(1000);
 pub(crate) const EXPIRATION: Duration = Duration::from_millis(3000);
 /// Longest a previous owner may still be processing after the next one started.
 pub(crate) const HANDOFF_MAX: Duration = Duration::from_secs(2);
-/// Room for a load-balancing round's own calls (list, claim) on a loaded machine.
-const ROUND_SLACK: Duration = Duration::from_secs(1);
+/// Room for a load-balancing round's own calls (list, claim) on a loaded machine: CI runs
+/// this beside other cluster tests and a low-priority image build on two cores, where one
+/// settling run took 5.1 intervals (1.5 past the jittered rounds' 3.6).
+const ROUND_SLACK: Duration = Duration::from_secs(2);
 const STEP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// One `process_events` call.
