@@ -102,7 +102,7 @@ struct Write {
     mutations: Vec<Mutation>,
     durability: Durability,
     /// Runs once the write is durable: after the log's fsync, before redb makes it
-    /// readable (for a shard without a log, with `done`).
+    /// readable (for a shard without a log, or a batch of lazy writes only, with `done`).
     flushed: Option<Completion>,
     done: Completion,
     /// When it was queued (the `storage_queue` stage of a durable write).
@@ -322,7 +322,8 @@ impl Shard {
     /// after its fsync, before the redb commit that makes it readable, which `done` waits
     /// for. A caller that keeps what it wrote readable meanwhile (a Raft log's unwritten
     /// tail) can report durability a redb commit sooner. Both run once; if the write fails
-    /// before it is durable, both get the error.
+    /// before it is durable, both get the error. A lazy write's `flushed` runs with `done`
+    /// (nothing fsyncs it).
     pub async fn submit_flushed(
         &self,
         mutations: Vec<Mutation>,
@@ -1078,9 +1079,11 @@ fn writer_loop(
                             checkpointed.wal.sync()?;
                         }
                         logged = Some(Instant::now());
-                        for write in &mut batch {
-                            if let Some(flushed) = write.flushed.take() {
-                                flushed(Ok(()));
+                        if durable {
+                            for write in &mut batch {
+                                if let Some(flushed) = write.flushed.take() {
+                                    flushed(Ok(()));
+                                }
                             }
                         }
                         let mut placed = Placed {

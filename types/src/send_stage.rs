@@ -32,7 +32,7 @@
 //! | --- | --- | --- | --- |
 //! | `storage_queue` | a durable write is queued for the shard's writer | the writer starts the batch holding it | `storage/src/shard.rs` |
 //! | `storage_log_write` | the writer starts a batch with durable writes | the batch is appended to the segment files and fsynced | `storage/src/shard.rs` |
-//! | `storage_index_commit` | the batch is durable in the log | redb has committed its index rows (the writes' callbacks fire after this) | `storage/src/shard.rs` |
+//! | `storage_index_commit` | the batch is durable in the log | redb has committed its index rows (openraft's flush callbacks fire before this, the writes' other callbacks after) | `storage/src/shard.rs` |
 //!
 //! The controller's group is left out: only partitions' writes and messages are recorded.
 //! What the client measures beyond `total` is the transport: the request and reply on the
