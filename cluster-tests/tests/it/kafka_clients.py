@@ -191,8 +191,13 @@ def pipelined():
 def kafka_python_idempotent():
     """kafka-python 3 with its defaults (idempotence on: it calls InitProducerId), sending
     numbered records to one partition."""
+    import logging
     from kafka import KafkaProducer
 
+    # The client's own account of its retries and metadata, on stderr, which a failing
+    # test prints.
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ports = SETTINGS.get("kafka_ports") or [SETTINGS["kafka_port"]]
     producer = KafkaProducer(
         bootstrap_servers=[f"127.0.0.1:{port}" for port in ports],
