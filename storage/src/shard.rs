@@ -2286,6 +2286,41 @@ mod tests {
         );
     }
 
+    /// A lazy write is never fsynced on its own, so its `flushed` promises nothing early: it
+    /// runs with `done`, once the write is readable, and no fsync happened for it.
+    #[tokio::test]
+    async fn a_lazy_writes_flushed_runs_with_done_once_readable() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = open(&dir);
+        let (seen_tx, seen_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = oneshot::channel();
+        let reader = shard.clone();
+        let flushed_seen = seen_tx.clone();
+        shard
+            .submit_flushed(
+                vec![put(0, 1)],
+                Durability::Lazy,
+                move |result| {
+                    result.unwrap();
+                    let readable = reader.log_entry(group(0), 1).unwrap().is_some();
+                    flushed_seen.send(("flushed", readable)).unwrap();
+                },
+                move |result| {
+                    result.unwrap();
+                    seen_tx.send(("done", true)).unwrap();
+                    done_tx.send(()).unwrap();
+                },
+            )
+            .await
+            .unwrap();
+        done_rx.await.unwrap();
+        let (first, readable) = seen_rx.recv().unwrap();
+        assert_eq!(first, "flushed");
+        assert!(readable, "a lazy write's flushed waits for its commit");
+        assert_eq!(seen_rx.recv().unwrap().0, "done");
+        assert_eq!(shard.stats().fsyncs, 0, "nothing was fsynced for it");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_writes_of_many_groups_share_commits() {
         let dir = tempfile::tempdir().unwrap();
