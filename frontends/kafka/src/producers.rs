@@ -8,7 +8,7 @@ use kafka_protocol::messages::ProducerId;
 use kafka_protocol::messages::init_producer_id_request::InitProducerIdRequest;
 use kafka_protocol::messages::init_producer_id_response::InitProducerIdResponse;
 use tributary_broker::auth::Credential;
-use tributary_broker::error::ErrorKind;
+use tributary_broker::error::{Error, ErrorKind};
 use tributary_broker::service::KafkaProducer;
 
 use crate::KafkaContext;
@@ -44,16 +44,54 @@ pub async fn init_producer_id(
         }
         Err(err) => {
             tracing::info!(%err, "a Kafka InitProducerId failed");
-            response.error_code = match err.kind {
-                ErrorKind::Unauthenticated | ErrorKind::Unauthorized => {
-                    ResponseError::ClusterAuthorizationFailed
-                }
-                // Retried by clients: the controller is electing a leader, or the cluster
-                // does not run feature level 2 yet.
-                _ => ResponseError::CoordinatorNotAvailable,
-            }
-            .code();
+            response.error_code = failure_code(&err);
         }
     }
     response
+}
+
+/// An InitProducerId that failed, as Kafka's code. A transient failure (the controller is
+/// electing a leader, or the cluster does not run feature level 2 yet) is
+/// COORDINATOR_LOAD_IN_PROGRESS, as a Kafka broker answers while its producer ids are not
+/// ready: clients just ask again. COORDINATOR_NOT_AVAILABLE or NOT_COORDINATOR would send
+/// them looking for a transaction coordinator first (the Java client and kafka-python do,
+/// even without a transactional id), and kafka-python then sends FindCoordinator with a
+/// null key, which no broker answers, and never asks again.
+fn failure_code(err: &Error) -> i16 {
+    match err.kind {
+        ErrorKind::Unauthenticated | ErrorKind::Unauthorized => {
+            ResponseError::ClusterAuthorizationFailed
+        }
+        _ => ResponseError::CoordinatorLoadInProgress,
+    }
+    .code()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transient_failure_is_retried_without_a_coordinator_lookup() {
+        for err in [
+            Error::unavailable("no controller leader yet"),
+            Error::internal("the controller answered something else"),
+        ] {
+            let code = failure_code(&err);
+            assert_eq!(
+                code,
+                ResponseError::CoordinatorLoadInProgress.code(),
+                "{err}"
+            );
+            assert_ne!(code, ResponseError::CoordinatorNotAvailable.code());
+            assert_ne!(code, ResponseError::NotCoordinator.code());
+        }
+        assert_eq!(
+            failure_code(&Error::new(
+                ErrorKind::Unauthorized,
+                "no send right".to_string()
+            )),
+            ResponseError::ClusterAuthorizationFailed.code()
+        );
+    }
 }
