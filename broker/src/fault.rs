@@ -5,7 +5,7 @@
 //! The hooks are process-wide: the faults they inject end the whole process.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 /// Set to `1` to enable the fault hooks. Never set it in production.
 pub const FAULT_HOOKS_ENV: &str = "TRIBUTARY_FAULT_HOOKS";
@@ -15,6 +15,8 @@ pub const FAULT_HOOKS_ENV: &str = "TRIBUTARY_FAULT_HOOKS";
 pub struct FaultHooks {
     enabled: bool,
     crash_after_commit: AtomicBool,
+    /// Kafka producer-id requests still to refuse as a transient failure.
+    producer_id_refusals: AtomicU32,
 }
 
 /// Arming a hook on a node whose hooks are off.
@@ -28,6 +30,7 @@ impl FaultHooks {
         FaultHooks {
             enabled,
             crash_after_commit: AtomicBool::new(false),
+            producer_id_refusals: AtomicU32::new(0),
         }
     }
 
@@ -61,6 +64,27 @@ impl FaultHooks {
         self.enabled && self.crash_after_commit.swap(false, Ordering::SeqCst)
     }
 
+    /// Arms the refusal of the next `count` Kafka producer-id requests on this node, each
+    /// failing as the controller does while it elects a leader.
+    pub fn arm_producer_id_refusals(&self, count: u32) -> Result<(), HooksDisabled> {
+        if !self.enabled {
+            return Err(HooksDisabled);
+        }
+        self.producer_id_refusals.store(count, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// True while armed refusals remain, using one up: the caller should fail transiently.
+    pub fn take_producer_id_refusal(&self) -> bool {
+        self.enabled
+            && self
+                .producer_id_refusals
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                    left.checked_sub(1)
+                })
+                .is_ok()
+    }
+
     /// Called by a send after its batch is committed and applied, before the reply: when
     /// armed, the process dies here, so the sender never hears that its batch was stored.
     pub fn after_commit(&self) {
@@ -81,6 +105,18 @@ mod tests {
         assert_eq!(hooks.arm_crash_after_commit(), Err(HooksDisabled));
         assert!(!hooks.take_crash_after_commit());
         hooks.after_commit();
+        assert_eq!(hooks.arm_producer_id_refusals(2), Err(HooksDisabled));
+        assert!(!hooks.take_producer_id_refusal());
+    }
+
+    #[test]
+    fn armed_refusals_are_used_up_one_at_a_time() {
+        let hooks = FaultHooks::new(true);
+        assert!(!hooks.take_producer_id_refusal(), "not armed yet");
+        hooks.arm_producer_id_refusals(2).unwrap();
+        assert!(hooks.take_producer_id_refusal());
+        assert!(hooks.take_producer_id_refusal());
+        assert!(!hooks.take_producer_id_refusal(), "used up");
     }
 
     #[test]

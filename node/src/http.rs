@@ -1,7 +1,8 @@
 //! The HTTP port: `/healthz` (process alive), `/readyz` (every local partition led),
 //! `/metrics` (Prometheus text), `POST /drain?timeout=30s` (from this machine only: drain for
 //! a restart, see `restart_drain.rs`), and for testing only, with `TRIBUTARY_FAULT_HOOKS=1`,
-//! `POST /debug/faults/crash-after-commit` (see `fault.rs`).
+//! `POST /debug/faults/crash-after-commit` and `POST /debug/faults/refuse-producer-ids?count=N`
+//! (see `fault.rs`).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -451,6 +452,12 @@ pub async fn serve(
             "/debug/faults/crash-after-commit",
             post(|| async { arm_crash_after_commit(FaultHooks::global()) }),
         )
+        .route(
+            "/debug/faults/refuse-producer-ids",
+            post(|Query(query): Query<RefusalsQuery>| async move {
+                arm_producer_id_refusals(FaultHooks::global(), &query.count)
+            }),
+        )
         .with_state(HttpState {
             broker,
             drain,
@@ -581,6 +588,36 @@ fn arm_crash_after_commit(hooks: &FaultHooks) -> (StatusCode, String) {
     }
 }
 
+/// `?count=N` of `POST /debug/faults/refuse-producer-ids`.
+#[derive(Debug, serde::Deserialize)]
+struct RefusalsQuery {
+    #[serde(default)]
+    count: String,
+}
+
+/// Arms the refusal of the next `count` Kafka producer-id requests here, each a transient
+/// failure; 404 when hooks are off.
+fn arm_producer_id_refusals(hooks: &FaultHooks, count: &str) -> (StatusCode, String) {
+    let Ok(count) = count.trim().parse::<u32>() else {
+        return (
+            StatusCode::BAD_REQUEST,
+            format!(
+                "?count= must be how many producer-id requests to refuse (a whole number), not '{}'\n",
+                count.trim()
+            ),
+        );
+    };
+    match hooks.arm_producer_id_refusals(count) {
+        Ok(()) => (
+            StatusCode::OK,
+            format!(
+                "armed: the next {count} Kafka producer-id requests on this node fail transiently\n"
+            ),
+        ),
+        Err(disabled) => (StatusCode::NOT_FOUND, format!("{disabled}\n")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -625,6 +662,13 @@ mod tests {
         assert_eq!(status, StatusCode::NOT_FOUND);
         assert!(body.contains("TRIBUTARY_FAULT_HOOKS=1"), "{body}");
         let (status, _) = arm_crash_after_commit(&FaultHooks::new(true));
+        assert_eq!(status, StatusCode::OK);
+        let (status, _) = arm_producer_id_refusals(&FaultHooks::new(false), "3");
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        let (status, body) = arm_producer_id_refusals(&FaultHooks::new(true), "three");
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(body.contains("'three'"), "{body}");
+        let (status, _) = arm_producer_id_refusals(&FaultHooks::new(true), "3\n");
         assert_eq!(status, StatusCode::OK);
     }
 }

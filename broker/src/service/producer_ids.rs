@@ -58,6 +58,11 @@ impl Service {
         current: Option<KafkaProducer>,
     ) -> Result<KafkaProducer, Error> {
         self.check_send_somewhere(credential)?;
+        if crate::fault::FaultHooks::global().take_producer_id_refusal() {
+            return Err(Error::unavailable(
+                "refused by a fault hook (testing only): no producer id now; retry",
+            ));
+        }
         self.kafka_producer_level()?;
         if let Some(current) = current
             && current.producer_id >= 0

@@ -237,12 +237,37 @@ async fn produce_through_a_leader_death(name: &str, death: Death) {
 /// id through InitProducerId and its records are stored once each, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_python_produces_idempotently_by_default() {
-    let Some((_dir, cluster, root, _kcat, venv)) =
-        start_with_env("kafka-python-idempotent", &[]).await
-    else {
+    kafka_python_idempotent("kafka-python-idempotent", 0).await;
+}
+
+/// While the controller cannot give out producer ids (electing a leader, or a cluster not
+/// yet at feature level 2), InitProducerId fails; kafka-python asks again and then produces
+/// as usual. Answered COORDINATOR_NOT_AVAILABLE, it went looking for a transaction
+/// coordinator instead, with a null key, and never got an id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_python_gets_its_producer_id_after_transient_refusals() {
+    kafka_python_idempotent("kafka-python-refused-ids", 2).await;
+}
+
+/// kafka-python's default producer sends numbered records to partition 0 after every node
+/// refused its first `refusals` producer-id requests (the fault hook).
+async fn kafka_python_idempotent(name: &str, refusals: u32) {
+    let env: &[(&str, &str)] = if refusals > 0 {
+        &[("TRIBUTARY_FAULT_HOOKS", "1")]
+    } else {
+        &[]
+    };
+    let Some((_dir, cluster, root, _kcat, venv)) = start_with_env(name, env).await else {
         return;
     };
     root.create_event_hub(HUB, 1, None).await.unwrap();
+    for node in &cluster.nodes {
+        if refusals > 0 {
+            let path = format!("/debug/faults/refuse-producer-ids?count={refusals}");
+            let armed = http_post(node.http_addr(), &path).await.unwrap();
+            assert_eq!(armed.status, 200, "{}", armed.body);
+        }
+    }
     let count = 300u64;
     let summary = run_python(
         &venv,
@@ -269,4 +294,20 @@ async fn kafka_python_produces_idempotently_by_default() {
         .map(|e| String::from_utf8_lossy(&e.body).parse::<u64>().unwrap())
         .collect();
     assert_eq!(stored, (0..count).collect::<Vec<u64>>());
+    if refusals > 0 {
+        let refused: usize = cluster
+            .nodes
+            .iter()
+            .map(|node| {
+                std::fs::read_to_string(node.log_path())
+                    .unwrap_or_default()
+                    .matches("refused by a fault hook")
+                    .count()
+            })
+            .sum();
+        assert!(
+            refused >= 1,
+            "no producer-id request was refused: the test did not exercise the retry"
+        );
+    }
 }
