@@ -2,7 +2,8 @@
 //! test can make the node fail at a chosen point (see `POST /debug/faults/...` in
 //! `http.rs`). Without the variable nothing can be armed and every hook is a no-op.
 //!
-//! The hooks are process-wide: the faults they inject end the whole process.
+//! The hooks are process-wide: a crash ends the whole process, a refusal applies to every
+//! request the node serves.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};

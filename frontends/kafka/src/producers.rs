@@ -56,7 +56,8 @@ pub async fn init_producer_id(
 /// ready: clients just ask again. COORDINATOR_NOT_AVAILABLE or NOT_COORDINATOR would send
 /// them looking for a transaction coordinator first (the Java client and kafka-python do,
 /// even without a transactional id), and kafka-python then sends FindCoordinator with a
-/// null key, which no broker answers, and never asks again.
+/// null key, which cannot be decoded (the key is not nullable), so its connection is closed;
+/// it sends that again and again and never asks for a producer id.
 fn failure_code(err: &Error) -> i16 {
     match err.kind {
         ErrorKind::Unauthenticated | ErrorKind::Unauthorized => {
