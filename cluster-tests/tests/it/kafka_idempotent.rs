@@ -261,9 +261,9 @@ async fn kafka_python_idempotent(name: &str, refusals: u32) {
         return;
     };
     root.create_event_hub(HUB, 1, None).await.unwrap();
-    for node in &cluster.nodes {
-        if refusals > 0 {
-            let path = format!("/debug/faults/refuse-producer-ids?count={refusals}");
+    if refusals > 0 {
+        let path = format!("/debug/faults/refuse-producer-ids?count={refusals}");
+        for node in &cluster.nodes {
             let armed = http_post(node.http_addr(), &path).await.unwrap();
             assert_eq!(armed.status, 200, "{}", armed.body);
         }
