@@ -4,6 +4,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
 /// How long one CLI command may run before the test gives up on it.
 pub const CLI_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -105,15 +108,74 @@ pub fn describe_output(output: &Output) -> String {
 }
 
 /// Runs `command` to completion, capturing stdout and stderr. Panics if it cannot be started
-/// or is still running after `timeout` (it is then killed).
+/// or is still running after `timeout`. The command runs in a process group of its own, which
+/// is killed whole on the timeout: what it started (a bench's nodes) goes with it rather than
+/// running on and slowing the tests after it.
 pub async fn output_within(mut command: tokio::process::Command, timeout: Duration) -> Output {
     let described = format!("{:?}", command.as_std());
-    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
     let child = command
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {described}: {e}"));
+    let group = child.id().map(|id| Pid::from_raw(id as i32));
     match tokio::time::timeout(timeout, child.wait_with_output()).await {
         Ok(output) => output.unwrap_or_else(|e| panic!("cannot wait for {described}: {e}")),
-        Err(_elapsed) => panic!("{described} still ran after {timeout:?}; killed it"),
+        Err(_elapsed) => {
+            if let Some(group) = group {
+                let _ = killpg(group, Signal::SIGKILL);
+            }
+            panic!("{described} still ran after {timeout:?}; killed it and its process group")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{TestDir, eventually};
+
+    /// Whether `pid` is gone (or only a zombie waiting to be reaped).
+    fn gone(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+        })
+    }
+
+    #[tokio::test]
+    async fn a_command_past_its_timeout_is_killed_with_what_it_started() {
+        let dir = TestDir::new("output-within");
+        let pid_file = dir.path().join("grandchild.pid");
+        let mut command = tokio::process::Command::new("sh");
+        command.arg("-c").arg(format!(
+            "sleep 600 & echo $! > {}; wait",
+            pid_file.display()
+        ));
+        let outcome = tokio::spawn(output_within(command, Duration::from_millis(500))).await;
+        assert!(
+            outcome.is_err_and(|e| e.is_panic()),
+            "the timeout is reported"
+        );
+        let pid: i32 = std::fs::read_to_string(&pid_file)
+            .expect("the command wrote its child's pid")
+            .trim()
+            .parse()
+            .expect("a pid");
+        eventually(
+            Duration::from_secs(10),
+            "the command's own child is killed too",
+            async || {
+                if gone(pid) {
+                    Ok(())
+                } else {
+                    Err(format!("pid {pid} runs"))
+                }
+            },
+        )
+        .await;
     }
 }
