@@ -2,6 +2,12 @@
 //! subcommands are the CLI.
 
 use clap::{Parser, Subcommand};
+
+/// mimalloc rather than the system allocator: a send allocates and frees many small buffers
+/// across threads (decoding, Raft entries, HTTP/2 frames), where glibc's malloc spends
+/// noticeably more CPU (see `bench/`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use tributary_client::cli::{CliCommand, CliGlobals};
 use tributary_node::config::ServeArgs;
 
