@@ -9,13 +9,16 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures::{Stream, StreamExt};
 use openraft::OptionalSend;
 use openraft::alias::{SnapshotOf, VoteOf};
+use openraft::base::{BoxFuture, BoxStream};
 use openraft::error::{RPCError, ReplicationClosed, StreamingError, Unreachable};
-use openraft::network::{Backoff, RPCOption, RaftNetworkFactory};
+use openraft::network::RaftNetworkV2;
+use openraft::network::{Backoff, NetAppend, RPCOption, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
-    TransferLeaderResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult,
+    TransferLeaderRequest, TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft_multi::{GroupNetworkAdapter, GroupNetworkFactory, GroupRouter};
 use serde::Serialize;
@@ -575,11 +578,15 @@ impl GroupRouter<TypeConfig, GroupId> for PeerRouter {
 pub type NetworkFactory = GroupNetworkFactory<PeerRouter, GroupId>;
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
-    type Network = GroupNetworkAdapter<TypeConfig, GroupId, PeerRouter>;
+    type Network = PeerClient;
 
     async fn new_client(&mut self, target: u64, node: &openraft::BasicNode) -> Self::Network {
         self.factory.set_address(target, &node.addr);
-        GroupNetworkAdapter::new(self.factory.clone(), target, self.group_id)
+        PeerClient(GroupNetworkAdapter::new(
+            self.factory.clone(),
+            target,
+            self.group_id,
+        ))
     }
 
     async fn new_heartbeat_client(
@@ -588,14 +595,282 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
         node: &openraft::BasicNode,
     ) -> Self::Network {
         self.factory.set_address(target, &node.addr);
-        GroupNetworkAdapter::new(self.factory.for_heartbeats(), target, self.group_id)
+        PeerClient(GroupNetworkAdapter::new(
+            self.factory.for_heartbeats(),
+            target,
+            self.group_id,
+        ))
+    }
+}
+
+/// One group's client of one peer: the router's calls, and replication's stream of
+/// AppendEntries, which sends no request that only tells the follower of a new commit.
+pub struct PeerClient(GroupNetworkAdapter<TypeConfig, GroupId, PeerRouter>);
+
+/// Whether an AppendEntries of a replication stream need not be sent: it carries no entries
+/// and the follower already acknowledged its `prev_log_id` in this stream, so all it could
+/// tell is the leader's new commit index. Openraft sends one after every commit, a second
+/// round trip per write to each follower; the follower learns the commit from the next
+/// AppendEntries instead, with entries or a heartbeat (every heartbeat interval while the
+/// group is awake, and a group sleeps only after its followers heard for a while). Nothing
+/// waits on a follower's commit index: reads are served by leaders, and a new leader
+/// commits its own entry before it serves. A probe (the first request of a stream, or any
+/// whose `prev_log_id` the follower has not acknowledged) is always sent.
+fn commit_notice_only(
+    request: &AppendEntriesRequest<TypeConfig>,
+    acknowledged: Option<&Option<LogId>>,
+) -> bool {
+    request.entries.is_empty() && acknowledged == Some(&request.prev_log_id)
+}
+
+/// Replication's stream of AppendEntries to one follower over `network`: openraft's
+/// sequential stream (one request in flight, a reply for each), except that requests that
+/// only carry a commit index are not sent ([`commit_notice_only`]) and get no reply:
+/// openraft takes replies as cumulative acknowledgements, so the next one covers them.
+fn replication_stream<'s, N, S>(
+    network: &'s mut N,
+    input: S,
+    option: RPCOption,
+) -> BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>
+where
+    N: NetAppend<TypeConfig> + ?Sized,
+    S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
+{
+    // The state: the client, the requests, and the last entry the follower acknowledged
+    // in this stream (`None` before its first reply).
+    let start: Option<(&'s mut N, S, Option<Option<LogId>>)> = Some((network, input, None));
+    let replies = futures::stream::unfold(start, move |state| {
+        let option = option.clone();
+        async move {
+            let (client, mut input, acknowledged) = state?;
+            let request = loop {
+                let request = input.next().await?;
+                if commit_notice_only(&request, acknowledged.as_ref()) {
+                    metrics::counter!("tributary_raft_commit_notices_deferred_total").increment(1);
+                    continue;
+                }
+                break request;
+            };
+            let prev = request.prev_log_id;
+            let last = request.entries.last().map(|e| e.log_id).or(prev);
+            match client.append_entries(request, option).await {
+                Ok(reply) => {
+                    let partial = match &reply {
+                        AppendEntriesResponse::PartialSuccess(upto) => Some(*upto),
+                        _ => None,
+                    };
+                    let result = reply.into_stream_result(prev, last);
+                    // A failure ends the stream, and so does a partial success that
+                    // stopped short of the request's last entry (openraft starts a new
+                    // stream from what was acknowledged).
+                    let next = match (&result, partial) {
+                        (Err(_), _) => None,
+                        (Ok(_), Some(upto)) if upto != last => None,
+                        (Ok(matched), _) => Some((client, input, Some(*matched))),
+                    };
+                    Some((Ok(result), next))
+                }
+                Err(err) => Some((Err(err), None)),
+            }
+        }
+    });
+    Box::pin(replies)
+}
+
+impl RaftNetworkV2<TypeConfig> for PeerClient {
+    type SnapshotData = SnapshotData;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        RaftNetworkV2::append_entries(&mut self.0, rpc, option).await
+    }
+
+    /// See [`replication_stream`].
+    fn stream_append<'s, S>(
+        &'s mut self,
+        input: S,
+        option: RPCOption,
+    ) -> BoxFuture<
+        's,
+        Result<
+            BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>,
+            RPCError<TypeConfig>,
+        >,
+    >
+    where
+        S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
+    {
+        let replies = replication_stream(&mut self.0, input, option);
+        Box::pin(async move { Ok(replies) })
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.0.vote(rpc, option).await
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.0.pre_vote(rpc, option).await
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: VoteOf<TypeConfig>,
+        snapshot: SnapshotOf<TypeConfig, SnapshotData>,
+        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        self.0.full_snapshot(vote, snapshot, cancel, option).await
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        req: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.0.transfer_leader(req, option).await
+    }
+
+    fn backoff(&self) -> Option<Backoff> {
+        self.0.backoff()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{shares_batches, transfer_time};
+    use super::{replication_stream, shares_batches, transfer_time};
+    use crate::types::{Entry, LogId, TypeConfig};
+    use futures::StreamExt;
+    use openraft::EntryPayload;
+    use openraft::alias::VoteOf;
+    use openraft::error::RPCError;
+    use openraft::network::{NetAppend, RPCOption};
+    use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, StreamAppendError};
+    use std::collections::VecDeque;
     use std::time::Duration;
+
+    fn log_id(index: u64) -> LogId {
+        openraft::testing::log_id::<TypeConfig>(3, 1, index)
+    }
+
+    /// An AppendEntries after `prev` with entries `indexes`, carrying commit `commit`.
+    fn request(prev: u64, indexes: &[u64], commit: u64) -> AppendEntriesRequest<TypeConfig> {
+        AppendEntriesRequest {
+            vote: VoteOf::<TypeConfig>::new_committed(3, 1),
+            prev_log_id: Some(log_id(prev)),
+            leader_commit: Some(log_id(commit)),
+            entries: indexes
+                .iter()
+                .map(|i| Entry {
+                    log_id: log_id(*i),
+                    payload: EntryPayload::Blank,
+                })
+                .collect(),
+        }
+    }
+
+    /// A follower that records what reaches it and answers from a script.
+    #[derive(Default)]
+    struct Follower {
+        received: Vec<(Option<LogId>, usize)>,
+        answers: VecDeque<AppendEntriesResponse<TypeConfig>>,
+    }
+
+    impl NetAppend<TypeConfig> for Follower {
+        async fn append_entries(
+            &mut self,
+            rpc: AppendEntriesRequest<TypeConfig>,
+            _option: RPCOption,
+        ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+            self.received.push((rpc.prev_log_id, rpc.entries.len()));
+            Ok(self
+                .answers
+                .pop_front()
+                .unwrap_or(AppendEntriesResponse::Success))
+        }
+    }
+
+    fn run(
+        follower: &mut Follower,
+        requests: Vec<AppendEntriesRequest<TypeConfig>>,
+    ) -> Vec<Result<Option<LogId>, StreamAppendError<TypeConfig>>> {
+        let option = RPCOption::new(Duration::from_millis(100));
+        futures::executor::block_on(
+            replication_stream(follower, futures::stream::iter(requests), option)
+                .map(|reply| reply.expect("the fake follower always answers"))
+                .collect(),
+        )
+    }
+
+    /// A request that only carries a new commit index, after the follower acknowledged its
+    /// `prev_log_id`, is not sent and gets no reply; the next request with entries is.
+    #[test]
+    fn commit_notices_after_an_acknowledgement_are_not_sent() {
+        let mut follower = Follower::default();
+        let replies = run(
+            &mut follower,
+            vec![
+                request(4, &[5, 6], 4),
+                request(6, &[], 6),
+                request(6, &[7], 6),
+                request(7, &[], 7),
+            ],
+        );
+        assert_eq!(
+            follower.received,
+            vec![(Some(log_id(4)), 2), (Some(log_id(6)), 1)]
+        );
+        assert_eq!(replies, vec![Ok(Some(log_id(6))), Ok(Some(log_id(7)))]);
+    }
+
+    /// An entry-less request is sent when the follower has not acknowledged its
+    /// `prev_log_id` in this stream: the stream's first request (a probe), or one after a
+    /// reply that acknowledged less.
+    #[test]
+    fn probes_are_always_sent() {
+        let mut follower = Follower::default();
+        let replies = run(&mut follower, vec![request(4, &[], 4), request(4, &[], 5)]);
+        // The second repeats an acknowledged point: a commit notice.
+        assert_eq!(follower.received, vec![(Some(log_id(4)), 0)]);
+        assert_eq!(replies, vec![Ok(Some(log_id(4)))]);
+
+        let mut follower = Follower {
+            answers: [AppendEntriesResponse::PartialSuccess(Some(log_id(5)))].into(),
+            ..Follower::default()
+        };
+        let replies = run(
+            &mut follower,
+            vec![request(4, &[5, 6], 4), request(6, &[], 6)],
+        );
+        // A partial success ends the stream: openraft starts the next from entry 5.
+        assert_eq!(follower.received, vec![(Some(log_id(4)), 2)]);
+        assert_eq!(replies, vec![Ok(Some(log_id(5)))]);
+    }
+
+    /// A conflict is passed on and ends the stream.
+    #[test]
+    fn a_conflict_ends_the_stream() {
+        let mut follower = Follower {
+            answers: [AppendEntriesResponse::Conflict].into(),
+            ..Follower::default()
+        };
+        let replies = run(
+            &mut follower,
+            vec![request(4, &[5], 4), request(5, &[6], 4)],
+        );
+        assert_eq!(follower.received, vec![(Some(log_id(4)), 1)]);
+        assert_eq!(replies, vec![Err(StreamAppendError::Conflict(log_id(4)))]);
+    }
 
     /// A message gets time for its size: 16 MiB of entries two seconds more than an empty
     /// heartbeat, which gets (practically) none.
