@@ -604,7 +604,8 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
 }
 
 /// One group's client of one peer: the router's calls, and replication's stream of
-/// AppendEntries, which sends no request that only tells the follower of a new commit.
+/// AppendEntries, which for a partition sends no request that only tells the follower of a
+/// new commit.
 pub struct PeerClient(GroupNetworkAdapter<TypeConfig, GroupId, PeerRouter>);
 
 /// Whether an AppendEntries of a replication stream need not be sent: it carries no entries
@@ -613,9 +614,12 @@ pub struct PeerClient(GroupNetworkAdapter<TypeConfig, GroupId, PeerRouter>);
 /// round trip per write to each follower; the follower learns the commit from the next
 /// AppendEntries instead, with entries or a heartbeat (every heartbeat interval while the
 /// group is awake, and a group sleeps only after its followers heard for a while). Nothing
-/// waits on a follower's commit index: reads are served by leaders, and a new leader
-/// commits its own entry before it serves. A probe (the first request of a stream, or any
-/// whose `prev_log_id` the follower has not acknowledged) is always sent.
+/// waits on a partition follower's commit index: reads are served by leaders, and a new
+/// leader commits its own entry before it serves. The controller's followers are different:
+/// every node routes by the cluster state its replica of the controller applied (a hub
+/// created through one node must be known to the next at once), so the controller's notices
+/// are sent. A probe (the first request of a stream, or any whose `prev_log_id` the
+/// follower has not acknowledged) is always sent.
 fn commit_notice_only(
     request: &AppendEntriesRequest<TypeConfig>,
     acknowledged: Option<&Option<LogId>>,
@@ -624,13 +628,15 @@ fn commit_notice_only(
 }
 
 /// Replication's stream of AppendEntries to one follower over `network`: openraft's
-/// sequential stream (one request in flight, a reply for each), except that requests that
-/// only carry a commit index are not sent ([`commit_notice_only`]) and get no reply:
-/// openraft takes replies as cumulative acknowledgements, so the next one covers them.
+/// sequential stream (one request in flight, a reply for each), except that, with
+/// `defer_commit_notices`, requests that only carry a commit index are not sent
+/// ([`commit_notice_only`]) and get no reply: openraft takes replies as cumulative
+/// acknowledgements, so the next one covers them.
 fn replication_stream<'s, N, S>(
     network: &'s mut N,
     input: S,
     option: RPCOption,
+    defer_commit_notices: bool,
 ) -> BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>
 where
     N: NetAppend<TypeConfig> + ?Sized,
@@ -645,7 +651,7 @@ where
             let (client, mut input, acknowledged) = state?;
             let request = loop {
                 let request = input.next().await?;
-                if commit_notice_only(&request, acknowledged.as_ref()) {
+                if defer_commit_notices && commit_notice_only(&request, acknowledged.as_ref()) {
                     metrics::counter!("tributary_raft_commit_notices_deferred_total").increment(1);
                     continue;
                 }
@@ -703,7 +709,8 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
     where
         S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
     {
-        let replies = replication_stream(&mut self.0, input, option);
+        let defer_commit_notices = *self.0.group_id() != GroupId::CONTROLLER;
+        let replies = replication_stream(&mut self.0, input, option, defer_commit_notices);
         Box::pin(async move { Ok(replies) })
     }
 
@@ -804,11 +811,24 @@ mod tests {
         follower: &mut Follower,
         requests: Vec<AppendEntriesRequest<TypeConfig>>,
     ) -> Vec<Result<Option<LogId>, StreamAppendError<TypeConfig>>> {
+        run_deferring(follower, requests, true)
+    }
+
+    fn run_deferring(
+        follower: &mut Follower,
+        requests: Vec<AppendEntriesRequest<TypeConfig>>,
+        defer_commit_notices: bool,
+    ) -> Vec<Result<Option<LogId>, StreamAppendError<TypeConfig>>> {
         let option = RPCOption::new(Duration::from_millis(100));
         futures::executor::block_on(
-            replication_stream(follower, futures::stream::iter(requests), option)
-                .map(|reply| reply.expect("the fake follower always answers"))
-                .collect(),
+            replication_stream(
+                follower,
+                futures::stream::iter(requests),
+                option,
+                defer_commit_notices,
+            )
+            .map(|reply| reply.expect("the fake follower always answers"))
+            .collect(),
         )
     }
 
@@ -831,6 +851,22 @@ mod tests {
             vec![(Some(log_id(4)), 2), (Some(log_id(6)), 1)]
         );
         assert_eq!(replies, vec![Ok(Some(log_id(6))), Ok(Some(log_id(7)))]);
+    }
+
+    /// The controller's followers hear of every commit at once: its notices are sent.
+    #[test]
+    fn commit_notices_are_sent_when_not_deferred() {
+        let mut follower = Follower::default();
+        let replies = run_deferring(
+            &mut follower,
+            vec![request(4, &[5, 6], 4), request(6, &[], 6)],
+            false,
+        );
+        assert_eq!(
+            follower.received,
+            vec![(Some(log_id(4)), 2), (Some(log_id(6)), 0)]
+        );
+        assert_eq!(replies, vec![Ok(Some(log_id(6))), Ok(Some(log_id(6)))]);
     }
 
     /// An entry-less request is sent when the follower has not acknowledged its
