@@ -57,6 +57,10 @@ pub(crate) struct Connection {
     pub(crate) sends: PendingSends,
     /// Readers the backend is opening (one per receiver link at most).
     pub(crate) opening: OpeningReads,
+    /// A publish link was left without credit because the connection's bounds held it
+    /// down: its client cannot send, so only room freed elsewhere on the connection can
+    /// give it credit again, and every freed room retries such links.
+    pub(crate) publish_credit_starved: bool,
 }
 
 /// Whether the connection goes on after a frame.
@@ -137,6 +141,7 @@ impl Connection {
             next_link_id: 0,
             sends: PendingSends::new(),
             opening: OpeningReads::new(),
+            publish_credit_starved: false,
         })
     }
 

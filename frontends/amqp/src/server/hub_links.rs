@@ -152,6 +152,9 @@ impl Connection {
         }
         let credit = self.publish_credit(*pending_sends);
         if credit <= link.credit {
+            if link.credit == 0 {
+                self.publish_credit_starved = true;
+            }
             return;
         }
         let Some(session) = self.sessions.get_mut(&channel) else {
@@ -319,9 +322,26 @@ impl Connection {
         if connection_room <= self.limits.sender_link_credit as usize + 1
             || self.publish_credit(0) == 0
         {
-            for (channel, handle) in self.links_of(LinkKind::Publish) {
-                self.replenish_publish_credit(channel, handle);
-            }
+            self.replenish_all_publish_credit();
+        } else {
+            self.replenish_starved_publish_credit();
+        }
+    }
+
+    /// Retries the links the connection's bounds left without credit, once room is freed:
+    /// a link with no credit and no send of its own pending has nothing else to wake it,
+    /// and its client would wait for credit forever.
+    pub(crate) fn replenish_starved_publish_credit(&mut self) {
+        if self.publish_credit_starved {
+            self.replenish_all_publish_credit();
+        }
+    }
+
+    fn replenish_all_publish_credit(&mut self) {
+        // Each link still held down sets the flag again.
+        self.publish_credit_starved = false;
+        for (channel, handle) in self.links_of(LinkKind::Publish) {
+            self.replenish_publish_credit(channel, handle);
         }
     }
 

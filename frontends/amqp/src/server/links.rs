@@ -544,6 +544,9 @@ impl Connection {
             }
         }
         self.buffered_bytes -= freed;
+        if freed > 0 {
+            self.replenish_starved_publish_credit();
+        }
     }
 
     /// When the first grant that authorizes a link expires, on tokio's clock.
@@ -586,6 +589,9 @@ impl Connection {
         let bytes = link.partial.as_ref().map_or(0, |p| p.bytes.len())
             + link.queue.iter().map(Bytes::len).sum::<usize>();
         self.buffered_bytes -= bytes;
+        if bytes > 0 {
+            self.replenish_starved_publish_credit();
+        }
         if let Some(label) = link.kind.metric_label() {
             metrics::link_detached(label);
         }

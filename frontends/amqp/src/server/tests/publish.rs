@@ -347,3 +347,97 @@ async fn sends_that_fill_the_buffers_are_refused_without_closing_the_connection(
     assert_eq!(backend.sent().len(), 2);
     client.close_all(&[0, 1, SENDER], server).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_link_the_buffers_left_without_credit_gets_it_back_when_they_drain() {
+    const OTHER: u32 = SENDER + 1;
+    let limits = ConnectionLimits {
+        max_message_size_bytes: 4_096,
+        buffered_bytes_max: 8_192,
+        sender_link_credit: 2,
+        ..ConnectionLimits::default()
+    };
+    let (mut client, server, backend) = connect_with_cbs_limits(limits).await;
+    backend.answer_sends(SendAnswer::CommitAfter(Duration::from_secs(10)));
+    assert_eq!(
+        client.attach_sender(SENDER, HUB).await.1.link_credit,
+        Some(2)
+    );
+    assert_eq!(
+        client.attach_sender(OTHER, HUB).await.1.link_credit,
+        Some(2)
+    );
+    let message = Message::with_data(bytes::Bytes::from(vec![1u8; 3_000])).to_bytes();
+    // The first link's two sends hold 6000 of the 8192 bytes; the other link's two
+    // deliveries find the buffers full, are refused, and use up its credit.
+    let held: Vec<u32> = (0..2)
+        .map(|_| client.write_delivery(SENDER, 0, false, &[&message]))
+        .collect();
+    let refused: [u32; 2] =
+        std::array::from_fn(|_| client.write_delivery(OTHER, 0, false, &[&message]));
+    client.flush().await;
+    // (The first link's credit is topped up meanwhile: flows come between.)
+    let mut rejected = Vec::new();
+    while rejected.len() < refused.len() {
+        match client.read().await.performative {
+            Performative::Disposition(d) => {
+                assert_eq!(rejection(&d).0, "com.microsoft:server-busy");
+                rejected.push(d.first);
+            }
+            Performative::Flow(flow) => assert_eq!(flow.handle, Some(Handle(SENDER))),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(rejected, refused.map(DeliveryNumber));
+
+    // The other link has no credit and no send pending: only the first link's commits,
+    // which free the buffers, can give it credit again.
+    let mut accepted = Vec::new();
+    let mut other_credit = None;
+    tokio::time::timeout(Duration::from_secs(120), async {
+        while accepted.len() < 2 || other_credit.is_none() {
+            match client
+                .read_frame_or_heartbeat()
+                .await
+                .map(|r| r.performative)
+            {
+                Some(Performative::Disposition(d)) => {
+                    assert_eq!(d.state, Some(DeliveryState::Accepted));
+                    accepted.push(d.first);
+                }
+                Some(Performative::Flow(flow)) if flow.handle == Some(Handle(OTHER)) => {
+                    other_credit = flow.link_credit;
+                }
+                _ => {}
+            }
+        }
+    })
+    .await
+    .expect("the link left without credit never got it back");
+    accepted.sort();
+    assert_eq!(accepted, [DeliveryNumber(held[0]), DeliveryNumber(held[1])]);
+    assert_eq!(other_credit, Some(2));
+
+    // And it sends again.
+    let id = client.write_delivery(OTHER, 0, false, &[&message]);
+    client.flush().await;
+    let disposition = tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            if let Some(Performative::Disposition(d)) = client
+                .read_frame_or_heartbeat()
+                .await
+                .map(|r| r.performative)
+            {
+                return d;
+            }
+        }
+    })
+    .await
+    .expect("the send was not settled");
+    assert_eq!(
+        (disposition.first, disposition.state),
+        (DeliveryNumber(id), Some(DeliveryState::Accepted))
+    );
+    assert_eq!(backend.sent().len(), 3);
+    client.close_all(&[0, 1, SENDER, OTHER], server).await;
+}
