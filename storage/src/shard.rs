@@ -56,9 +56,12 @@ impl Default for ShardConfig {
 /// Counters of one shard, for tests and benchmarks.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ShardStats {
+    /// Batches of writes completed.
     pub commits: u64,
     pub fsyncs: u64,
     pub writes: u64,
+    /// redb transactions committed for them (with a log, one may serve several batches).
+    pub index_commits: u64,
 }
 
 /// Hub ids with this bit set name staging areas, never hubs (the controller numbers hubs
@@ -113,6 +116,7 @@ struct Counters {
     commits: AtomicU64,
     fsyncs: AtomicU64,
     writes: AtomicU64,
+    index_commits: AtomicU64,
 }
 
 /// One redb database and its single writer thread. Cheap to clone.
@@ -213,6 +217,7 @@ impl Shard {
             commits: AtomicU64::new(0),
             fsyncs: AtomicU64::new(0),
             writes: AtomicU64::new(0),
+            index_commits: AtomicU64::new(0),
         });
         let failure = Arc::new(watch::channel(None).0);
         let writer_db = db.clone();
@@ -378,6 +383,7 @@ impl Shard {
             commits: self.counters.commits.load(Ordering::Relaxed),
             fsyncs: self.counters.fsyncs.load(Ordering::Relaxed),
             writes: self.counters.writes.load(Ordering::Relaxed),
+            index_commits: self.counters.index_commits.load(Ordering::Relaxed),
         }
     }
 
@@ -1035,6 +1041,9 @@ impl Placed<'_> {
     }
 }
 
+/// Batches at most whose redb commit waits for a later batch's (see [`writer_loop`]).
+const DEFERRED_BATCHES_MAX: usize = 8;
+
 fn writer_loop(
     db: Arc<Database>,
     mut wal: Option<Checkpointed>,
@@ -1044,6 +1053,13 @@ fn writer_loop(
     failure: Arc<watch::Sender<Option<StorageError>>>,
 ) {
     let mut batch: Vec<Write> = Vec::with_capacity(config.batch_writes_max);
+    // With a log, a batch is durable (and its `flushed` has run) once logged; its redb
+    // commit only makes it readable. While more writes wait in the queue, that commit is
+    // left to a later batch's (at most DEFERRED_BATCHES_MAX batches on): the writer goes on
+    // to the next fsync at once, and one commit serves several batches. The waiting writes
+    // keep their `done` here until then; readers keep what they wrote readable meanwhile,
+    // as they do between `flushed` and `done` anyway.
+    let mut open: Option<Uncommitted> = None;
     while let Some(first) = rx.blocking_recv() {
         let mut bytes: usize = first.mutations.iter().map(Mutation::size_bytes).sum();
         batch.push(first);
@@ -1063,80 +1079,191 @@ fn writer_loop(
         let durable = batch.iter().any(|w| w.durability == Durability::Immediate);
         let failed_before = failure.borrow().clone();
         let started = Instant::now();
+        let Some(checkpointed) = wal.as_mut() else {
+            let result = match failed_before {
+                Some(err) => Err(StorageError::Failed(err.to_string())),
+                None => {
+                    counters.index_commits.fetch_add(1, Ordering::Relaxed);
+                    commit_batch(&db, &batch, durable, None)
+                }
+            };
+            finish_batch(
+                &mut batch, &result, durable, started, None, &counters, &failure,
+            );
+            continue;
+        };
         // When the batch was durable in the log, before redb committed its index rows.
         let mut logged = None;
         let result = match failed_before {
             Some(err) => Err(StorageError::Failed(err.to_string())),
-            None => match wal.as_mut() {
-                // Logged (and fsynced when durable) first; redb then only makes the writes
-                // readable, pointing at the entries' bytes in the log, and holds them
-                // durably from the next checkpoint on.
-                Some(checkpointed) => checkpointed
-                    .wal
-                    .append(batch.iter().flat_map(|w| w.mutations.iter()))
-                    .and_then(|locations| {
-                        if durable {
-                            checkpointed.wal.sync()?;
-                        }
-                        logged = Some(Instant::now());
-                        if durable {
-                            for write in &mut batch {
-                                if let Some(flushed) = write.flushed.take() {
-                                    flushed(Ok(()));
-                                }
+            // Logged (and fsynced when durable) first; redb then only makes the writes
+            // readable, pointing at the entries' bytes in the log, and holds them durably
+            // from the next checkpoint on.
+            None => checkpointed
+                .wal
+                .append(batch.iter().flat_map(|w| w.mutations.iter()))
+                .and_then(|locations| {
+                    if durable {
+                        checkpointed.wal.sync()?;
+                    }
+                    logged = Some(Instant::now());
+                    if durable {
+                        for write in &mut batch {
+                            if let Some(flushed) = write.flushed.take() {
+                                flushed(Ok(()));
                             }
                         }
-                        let mut placed = Placed {
-                            locations: locations.iter(),
-                            delta: BTreeMap::new(),
-                        };
-                        commit_batch(&db, &batch, false, Some(&mut placed))?;
-                        for (segment, delta) in placed.delta {
-                            let live = checkpointed.live.entry(segment).or_default();
-                            *live = live.saturating_add_signed(delta);
-                        }
-                        Ok(())
-                    }),
-                None => commit_batch(&db, &batch, durable, None),
-            },
+                    }
+                    let mut placed = Placed {
+                        locations: locations.iter(),
+                        delta: BTreeMap::new(),
+                    };
+                    let uncommitted = match open.take() {
+                        Some(uncommitted) => uncommitted,
+                        None => Uncommitted::begin(&db)?,
+                    };
+                    let applied = apply_batch(&uncommitted.txn, &batch, Some(&mut placed));
+                    // An error leaves the transaction half done: it is dropped (rolled
+                    // back) with the batches it held, which get the error too.
+                    open = Some(uncommitted);
+                    applied?;
+                    for (segment, delta) in placed.delta {
+                        let live = checkpointed.live.entry(segment).or_default();
+                        *live = live.saturating_add_signed(delta);
+                    }
+                    Ok(())
+                }),
         };
-        let finished = Instant::now();
-        metrics::histogram!("tributary_storage_commit_seconds", "durable" => if durable { "true" } else { "false" })
-            .record(finished.duration_since(started).as_secs_f64());
-        if durable && result.is_ok() {
-            record_stages(&batch, started, logged, finished);
-        }
-        record_failure(&failure, &result);
-        counters.commits.fetch_add(1, Ordering::Relaxed);
-        counters
-            .writes
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        metrics::histogram!("tributary_storage_commit_batch_writes").record(batch.len() as f64);
-        if durable && result.is_ok() {
-            counters.fsyncs.fetch_add(1, Ordering::Relaxed);
-            metrics::counter!("tributary_storage_fsyncs_total").increment(1);
-        }
-        for write in batch.drain(..) {
-            if let Some(flushed) = write.flushed {
-                flushed(result.clone());
+        let defer = result.is_ok()
+            && !rx.is_empty()
+            && open
+                .as_ref()
+                .is_some_and(|u| u.batches.len() + 1 < DEFERRED_BATCHES_MAX);
+        if defer {
+            let uncommitted = open.as_mut().expect("applied above");
+            for write in &mut batch {
+                // What the log and redb's transaction hold now need not be kept.
+                write.mutations = Vec::new();
             }
-            (write.done)(result.clone());
+            uncommitted.batches.push(Deferred {
+                writes: std::mem::take(&mut batch),
+                durable,
+                started,
+                logged,
+            });
+            batch = Vec::with_capacity(config.batch_writes_max);
+            continue;
         }
-        if let Some(checkpointed) = wal.as_mut()
-            && result.is_ok()
-            && checkpointed.due(&config)
-        {
+        let result = match (result, open.take()) {
+            (Ok(()), Some(uncommitted)) => {
+                counters.index_commits.fetch_add(1, Ordering::Relaxed);
+                let committed = uncommitted.txn.commit().map_err(StorageError::io);
+                for mut deferred in uncommitted.batches {
+                    finish_batch(
+                        &mut deferred.writes,
+                        &committed,
+                        deferred.durable,
+                        deferred.started,
+                        deferred.logged,
+                        &counters,
+                        &failure,
+                    );
+                }
+                committed
+            }
+            (Ok(()), None) => Ok(()),
+            (Err(err), uncommitted) => {
+                for mut deferred in uncommitted.map(|u| u.batches).unwrap_or_default() {
+                    finish_batch(
+                        &mut deferred.writes,
+                        &Err(err.clone()),
+                        deferred.durable,
+                        deferred.started,
+                        deferred.logged,
+                        &counters,
+                        &failure,
+                    );
+                }
+                Err(err)
+            }
+        };
+        finish_batch(
+            &mut batch, &result, durable, started, logged, &counters, &failure,
+        );
+        if result.is_ok() && checkpointed.due(&config) {
             let result = checkpointed.checkpoint(&db);
             record_failure(&failure, &result);
         }
     }
-    // Every handle is gone: leave redb complete, so the next open replays nothing.
+    // Every handle is gone: leave redb complete, so the next open replays nothing. (Nothing
+    // is left uncommitted: the queue was empty before the last batch.)
     if let Some(mut checkpointed) = wal
         && failure.borrow().is_none()
         && checkpointed.wal.records() > 0
         && let Err(err) = checkpointed.checkpoint(&db)
     {
         tracing::warn!(%err, "the final storage checkpoint failed; the next start replays the write-ahead log");
+    }
+}
+
+/// redb's write transaction holding batches that are logged but not yet committed.
+struct Uncommitted {
+    txn: WriteTransaction,
+    /// The batches before the current one, whose completions wait for the commit.
+    batches: Vec<Deferred>,
+}
+
+impl Uncommitted {
+    fn begin(db: &Database) -> Result<Self, StorageError> {
+        let mut txn = db.begin_write().map_err(StorageError::io)?;
+        txn.set_durability(redb::Durability::None)
+            .map_err(StorageError::io)?;
+        Ok(Self {
+            txn,
+            batches: Vec::new(),
+        })
+    }
+}
+
+/// A logged batch waiting for the commit of the transaction that holds it.
+struct Deferred {
+    writes: Vec<Write>,
+    durable: bool,
+    started: Instant,
+    logged: Option<Instant>,
+}
+
+/// A batch's commit is over (with `result`): its metrics, and its writes' completions.
+fn finish_batch(
+    batch: &mut Vec<Write>,
+    result: &Result<(), StorageError>,
+    durable: bool,
+    started: Instant,
+    logged: Option<Instant>,
+    counters: &Counters,
+    failure: &watch::Sender<Option<StorageError>>,
+) {
+    let finished = Instant::now();
+    metrics::histogram!("tributary_storage_commit_seconds", "durable" => if durable { "true" } else { "false" })
+        .record(finished.duration_since(started).as_secs_f64());
+    if durable && result.is_ok() {
+        record_stages(batch, started, logged, finished);
+    }
+    record_failure(failure, result);
+    counters.commits.fetch_add(1, Ordering::Relaxed);
+    counters
+        .writes
+        .fetch_add(batch.len() as u64, Ordering::Relaxed);
+    metrics::histogram!("tributary_storage_commit_batch_writes").record(batch.len() as f64);
+    if durable && result.is_ok() {
+        counters.fsyncs.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("tributary_storage_fsyncs_total").increment(1);
+    }
+    for write in batch.drain(..) {
+        if let Some(flushed) = write.flushed {
+            flushed(result.clone());
+        }
+        (write.done)(result.clone());
     }
 }
 
@@ -1175,7 +1302,7 @@ fn commit_batch(
     db: &Database,
     batch: &[Write],
     durable: bool,
-    mut placed: Option<&mut Placed<'_>>,
+    placed: Option<&mut Placed<'_>>,
 ) -> Result<(), StorageError> {
     let mut txn = db.begin_write().map_err(StorageError::io)?;
     txn.set_durability(if durable {
@@ -1184,18 +1311,26 @@ fn commit_batch(
         redb::Durability::None
     })
     .map_err(StorageError::io)?;
-    {
-        let mut tables = Tables::new(&txn);
-        for write in batch {
-            for mutation in &write.mutations {
-                apply_mutation(&mut tables, mutation, placed.as_deref_mut())?;
-            }
-        }
-        if let Some(placed) = placed {
-            placed.store(&mut tables)?;
+    apply_batch(&txn, batch, placed)?;
+    txn.commit().map_err(StorageError::io)
+}
+
+/// Applies a batch's mutations (and, with a log, where its entries went) to `txn`.
+fn apply_batch(
+    txn: &WriteTransaction,
+    batch: &[Write],
+    mut placed: Option<&mut Placed<'_>>,
+) -> Result<(), StorageError> {
+    let mut tables = Tables::new(txn);
+    for write in batch {
+        for mutation in &write.mutations {
+            apply_mutation(&mut tables, mutation, placed.as_deref_mut())?;
         }
     }
-    txn.commit().map_err(StorageError::io)
+    if let Some(placed) = placed {
+        placed.store(&mut tables)?;
+    }
+    Ok(())
 }
 
 /// A `log_location` row's value: (segment, offset, length).
@@ -1616,6 +1751,73 @@ mod tests {
         let crashed_again = crash_copy(&crashed);
         let again = open(&crashed_again);
         assert_eq!(indexes(&again, 1), vec![1, 5, 9, 13, 17]);
+    }
+
+    /// A write queued while the writer logs a batch is logged and fsynced at once; the
+    /// batches' redb commit waits for the queue to empty (or DEFERRED_BATCHES_MAX batches).
+    /// Each write's `done` still runs only once it is readable, none is lost, and a crash
+    /// meanwhile loses nothing that was flushed.
+    #[tokio::test]
+    async fn writes_queued_behind_a_batch_share_its_index_commit_and_survive_a_crash() {
+        const WRITES: u64 = 40;
+        let dir = tempfile::tempdir().unwrap();
+        let shard = Shard::open(&dir.path().join("s.redb"), never_checkpointing()).unwrap();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        // Each write's `flushed` (on the writer thread, before the writer looks at its
+        // queue again) queues the next: the queue is never empty after a batch is logged.
+        fn chained(
+            shard: Shard,
+            index: u64,
+            done_tx: std::sync::mpsc::Sender<(u64, bool)>,
+        ) -> Write {
+            let reader = shard.clone();
+            let next_done = done_tx.clone();
+            Write {
+                mutations: vec![put((index % 4) as u16, index)],
+                durability: Durability::Immediate,
+                flushed: Some(Box::new(move |result| {
+                    result.unwrap();
+                    if index + 1 < WRITES {
+                        let next = chained(shard.clone(), index + 1, next_done);
+                        assert!(shard.tx.blocking_send(next).is_ok());
+                    }
+                })),
+                done: Box::new(move |result| {
+                    result.unwrap();
+                    let readable = reader
+                        .log_entry(group((index % 4) as u16), index)
+                        .unwrap()
+                        .is_some();
+                    done_tx.send((index, readable)).unwrap();
+                }),
+                queued: Instant::now(),
+            }
+        }
+        let first = chained(shard.clone(), 0, done_tx);
+        shard.tx.send(first).await.map_err(|_| ()).unwrap();
+        let mut done = Vec::new();
+        for _ in 0..WRITES {
+            done.push(
+                done_rx
+                    .recv_timeout(std::time::Duration::from_secs(30))
+                    .expect("every write completes"),
+            );
+        }
+        let expected: Vec<(u64, bool)> = (0..WRITES).map(|i| (i, true)).collect();
+        assert_eq!(done, expected, "in order, each readable when done");
+        let stats = shard.stats();
+        assert_eq!((stats.writes, stats.fsyncs), (WRITES, WRITES));
+        assert!(
+            stats.index_commits <= WRITES.div_ceil(8) + 1,
+            "{} redb commits for {WRITES} batches",
+            stats.index_commits
+        );
+        let crashed = crash_copy(&dir);
+        let recovered = open(&crashed);
+        for p in 0..4u16 {
+            let expected: Vec<u64> = (0..WRITES).filter(|i| i % 4 == u64::from(p)).collect();
+            assert_eq!(indexes(&recovered, p), expected, "group {p}");
+        }
     }
 
     /// A checkpoint moves the replay position past everything written: a damaged record
