@@ -106,12 +106,14 @@ pub fn metrics_handle() -> PrometheusHandle {
             );
             metrics::describe_histogram!(
                 "tributary_storage_commit_batch_writes",
-                "Writes merged into one storage transaction (group commit)"
+                "Writes merged into one batch of the storage log (group commit)"
             );
             metrics::describe_histogram!(
                 "tributary_storage_commit_seconds",
                 metrics::Unit::Seconds,
-                "Time one storage transaction takes to commit (with its fsync when durable)"
+                "Time from a storage batch's start to its writes' completion: its log append (and \
+                 fsync when durable) and the index commit that makes it readable, which may \
+                 serve later batches too"
             );
             metrics::describe_counter!("tributary_events_in_total", "Events accepted by sends, by hub");
             metrics::describe_gauge!(
@@ -135,6 +137,11 @@ pub fn metrics_handle() -> PrometheusHandle {
             metrics::describe_counter!(
                 "tributary_events_out_total",
                 "Events delivered to readers, by hub"
+            );
+            metrics::describe_counter!(
+                "tributary_raft_commit_notices_deferred_total",
+                "Requests carrying only a new commit index that a partition leader did not send \
+                 to a follower: it learns the index from the next request or heartbeat"
             );
             metrics::describe_counter!(
                 "tributary_raft_snapshots_installed_total",
