@@ -1052,7 +1052,7 @@ fn writer_loop(
     counters: Arc<Counters>,
     failure: Arc<watch::Sender<Option<StorageError>>>,
 ) {
-    let mut batch: Vec<Write> = Vec::with_capacity(config.batch_writes_max);
+    let mut batch: Vec<Write> = Vec::new();
     // With a log, a batch is durable (and its `flushed` has run) once logged; its redb
     // commit only makes it readable. While more writes wait in the queue, that commit is
     // left to a later batch's (at most DEFERRED_BATCHES_MAX batches on): the writer goes on
@@ -1087,9 +1087,8 @@ fn writer_loop(
                     commit_batch(&db, &batch, durable, None)
                 }
             };
-            finish_batch(
-                &mut batch, &result, durable, started, None, &counters, &failure,
-            );
+            let writes = std::mem::take(&mut batch);
+            Logged::new(writes, durable, started, None).finish(&result, &counters, &failure);
             continue;
         };
         // When the batch was durable in the log, before redb committed its index rows.
@@ -1134,62 +1133,33 @@ fn writer_loop(
                     Ok(())
                 }),
         };
-        let defer = result.is_ok()
-            && !rx.is_empty()
-            && open
-                .as_ref()
-                .is_some_and(|u| u.batches.len() + 1 < DEFERRED_BATCHES_MAX);
-        if defer {
-            let uncommitted = open.as_mut().expect("applied above");
-            for write in &mut batch {
-                // What the log and redb's transaction hold now need not be kept.
-                write.mutations = Vec::new();
-            }
-            uncommitted.batches.push(Deferred {
-                writes: std::mem::take(&mut batch),
-                durable,
-                started,
-                logged,
-            });
-            batch = Vec::with_capacity(config.batch_writes_max);
-            continue;
-        }
-        let result = match (result, open.take()) {
-            (Ok(()), Some(uncommitted)) => {
+        let current = Logged::new(std::mem::take(&mut batch), durable, started, logged);
+        let mut batches = open.take().map(|u| (u.txn, u.batches));
+        let result = match (result, &mut batches) {
+            (Ok(()), Some((_, held))) => {
+                held.push(current);
+                if !rx.is_empty() && held.len() < DEFERRED_BATCHES_MAX {
+                    open = batches.map(|(txn, batches)| Uncommitted { txn, batches });
+                    continue;
+                }
+                let (txn, held) = batches.expect("matched above");
                 counters.index_commits.fetch_add(1, Ordering::Relaxed);
-                let committed = uncommitted.txn.commit().map_err(StorageError::io);
-                for mut deferred in uncommitted.batches {
-                    finish_batch(
-                        &mut deferred.writes,
-                        &committed,
-                        deferred.durable,
-                        deferred.started,
-                        deferred.logged,
-                        &counters,
-                        &failure,
-                    );
+                let committed = txn.commit().map_err(StorageError::io);
+                for logged in held {
+                    logged.finish(&committed, &counters, &failure);
                 }
                 committed
             }
-            (Ok(()), None) => Ok(()),
-            (Err(err), uncommitted) => {
-                for mut deferred in uncommitted.map(|u| u.batches).unwrap_or_default() {
-                    finish_batch(
-                        &mut deferred.writes,
-                        &Err(err.clone()),
-                        deferred.durable,
-                        deferred.started,
-                        deferred.logged,
-                        &counters,
-                        &failure,
-                    );
+            (result, _) => {
+                // Failed (or nothing opened a transaction): the batches held with this one
+                // share its fate.
+                let held = batches.map(|(_, held)| held).unwrap_or_default();
+                for logged in held.into_iter().chain([current]) {
+                    logged.finish(&result, &counters, &failure);
                 }
-                Err(err)
+                result
             }
         };
-        finish_batch(
-            &mut batch, &result, durable, started, logged, &counters, &failure,
-        );
         if result.is_ok() && checkpointed.due(&config) {
             let result = checkpointed.checkpoint(&db);
             record_failure(&failure, &result);
@@ -1209,8 +1179,8 @@ fn writer_loop(
 /// redb's write transaction holding batches that are logged but not yet committed.
 struct Uncommitted {
     txn: WriteTransaction,
-    /// The batches before the current one, whose completions wait for the commit.
-    batches: Vec<Deferred>,
+    /// The batches it holds, whose completions wait for its commit.
+    batches: Vec<Logged>,
 }
 
 impl Uncommitted {
@@ -1225,45 +1195,69 @@ impl Uncommitted {
     }
 }
 
-/// A logged batch waiting for the commit of the transaction that holds it.
-struct Deferred {
+/// A batch the writer has handled, waiting for the commit that completes it.
+struct Logged {
     writes: Vec<Write>,
     durable: bool,
     started: Instant,
+    /// When it was durable in the log.
     logged: Option<Instant>,
 }
 
-/// A batch's commit is over (with `result`): its metrics, and its writes' completions.
-fn finish_batch(
-    batch: &mut Vec<Write>,
-    result: &Result<(), StorageError>,
-    durable: bool,
-    started: Instant,
-    logged: Option<Instant>,
-    counters: &Counters,
-    failure: &watch::Sender<Option<StorageError>>,
-) {
-    let finished = Instant::now();
-    metrics::histogram!("tributary_storage_commit_seconds", "durable" => if durable { "true" } else { "false" })
-        .record(finished.duration_since(started).as_secs_f64());
-    if durable && result.is_ok() {
-        record_stages(batch, started, logged, finished);
-    }
-    record_failure(failure, result);
-    counters.commits.fetch_add(1, Ordering::Relaxed);
-    counters
-        .writes
-        .fetch_add(batch.len() as u64, Ordering::Relaxed);
-    metrics::histogram!("tributary_storage_commit_batch_writes").record(batch.len() as f64);
-    if durable && result.is_ok() {
-        counters.fsyncs.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!("tributary_storage_fsyncs_total").increment(1);
-    }
-    for write in batch.drain(..) {
-        if let Some(flushed) = write.flushed {
-            flushed(result.clone());
+impl Logged {
+    fn new(
+        mut writes: Vec<Write>,
+        durable: bool,
+        started: Instant,
+        logged: Option<Instant>,
+    ) -> Self {
+        for write in &mut writes {
+            // What the log and redb's transaction hold need not be kept until the commit.
+            write.mutations = Vec::new();
         }
-        (write.done)(result.clone());
+        Self {
+            writes,
+            durable,
+            started,
+            logged,
+        }
+    }
+
+    /// The batch's commit is over (with `result`): its metrics, and its writes' completions.
+    fn finish(
+        self,
+        result: &Result<(), StorageError>,
+        counters: &Counters,
+        failure: &watch::Sender<Option<StorageError>>,
+    ) {
+        let Self {
+            writes,
+            durable,
+            started,
+            logged,
+        } = self;
+        let finished = Instant::now();
+        metrics::histogram!("tributary_storage_commit_seconds", "durable" => if durable { "true" } else { "false" })
+            .record(finished.duration_since(started).as_secs_f64());
+        if durable && result.is_ok() {
+            record_stages(&writes, started, logged, finished);
+        }
+        record_failure(failure, result);
+        counters.commits.fetch_add(1, Ordering::Relaxed);
+        counters
+            .writes
+            .fetch_add(writes.len() as u64, Ordering::Relaxed);
+        metrics::histogram!("tributary_storage_commit_batch_writes").record(writes.len() as f64);
+        if durable && result.is_ok() {
+            counters.fsyncs.fetch_add(1, Ordering::Relaxed);
+            metrics::counter!("tributary_storage_fsyncs_total").increment(1);
+        }
+        for write in writes {
+            if let Some(flushed) = write.flushed {
+                flushed(result.clone());
+            }
+            (write.done)(result.clone());
+        }
     }
 }
 
