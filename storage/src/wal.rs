@@ -339,10 +339,9 @@ impl Wal {
         }
         let at = self.active_len;
         let mut zeros = self.zero_target(at, self.buf.len() as u64);
-        self.reserve(zeros.unwrap_or(at + self.buf.len() as u64));
-        if !self.reserving {
-            // Reserving failed just now: nothing is left to convert, nor anywhere to write
-            // zeros without growing the file.
+        if !self.reserve(zeros.unwrap_or(at + self.buf.len() as u64)) {
+            // Nothing reserved (or reserving failed just now): nothing to convert, nor
+            // anywhere to write zeros without growing the file.
             zeros = None;
         }
         self.active
@@ -468,18 +467,26 @@ impl Wal {
 
     /// Reserves the active segment's blocks through `end`, and [`PREALLOCATE_BYTES`] beyond
     /// (not past the segment's size limit unless one record is larger). Best effort: on a
-    /// filesystem without `fallocate` appends grow the file, as they would anyway.
-    fn reserve(&mut self, end: u64) {
-        if !self.reserving || end <= self.allocated {
-            return;
+    /// filesystem without `fallocate` appends grow the file, as they would anyway. Whether
+    /// the blocks through `end` are reserved.
+    fn reserve(&mut self, end: u64) -> bool {
+        if !self.reserving {
+            return false;
+        }
+        if end <= self.allocated {
+            return true;
         }
         let target = (end + PREALLOCATE_BYTES).min(self.segment_bytes_max.max(end));
         match preallocate(&self.active, self.allocated, target - self.allocated) {
-            Ok(()) => self.allocated = target,
+            Ok(()) => {
+                self.allocated = target;
+                true
+            }
             Err(err) => {
                 tracing::debug!(%err, segment = self.active_id, "cannot reserve log segment space; appending without");
                 // Do not ask again.
                 self.reserving = false;
+                false
             }
         }
     }
@@ -509,9 +516,8 @@ impl Wal {
                     .map_err(|e| self.error("write zeros ahead", e))?;
                 at += len as u64;
             }
-            self.written = target;
         }
-        self.written = self.written.max(end);
+        self.written = self.written.max(target.unwrap_or(end));
         Ok(())
     }
 
@@ -1140,12 +1146,25 @@ pub(crate) mod tests {
         }
     }
 
+    /// A temporary directory on a disk-backed filesystem, or None (saying the test skipped,
+    /// and why: `on_tmpfs`) when it is on tmpfs.
+    fn on_disk_dir(on_tmpfs: &str) -> Option<tempfile::TempDir> {
+        let dir = tempfile::tempdir().unwrap();
+        if in_memory(dir.path()) {
+            eprintln!("skipped: the temporary directory is on tmpfs, where {on_tmpfs}");
+            return None;
+        }
+        Some(dir)
+    }
+
     /// Appends write into space the segment already reserved, so their fsyncs flush data
     /// only; a log left with its reserved tail (a crash, or a stop) replays every record,
     /// and the segment is cut back to them.
     #[test]
     fn appends_fill_reserved_space_and_a_reserved_tail_replays_every_record() {
-        let dir = tempfile::tempdir().unwrap();
+        let Some(dir) = on_disk_dir("nothing is reserved") else {
+            return;
+        };
         let log = dir.path().join("log");
         let (mut wal, _) = Wal::open(&log, Position::default(), 64 << 20).unwrap();
         let start = wal.position();
@@ -1159,10 +1178,6 @@ pub(crate) mod tests {
         };
         wal.append(batch(1).iter()).unwrap();
         let reserved = std::fs::metadata(&path).unwrap().len();
-        if in_memory(&log) {
-            eprintln!("skipped: the temporary directory is on tmpfs, where nothing is reserved");
-            return;
-        }
         assert!(
             reserved >= PREALLOCATE_BYTES,
             "the first append reserves {PREALLOCATE_BYTES} bytes ahead, the file has {reserved}"
@@ -1190,12 +1205,10 @@ pub(crate) mod tests {
     /// every one replays.
     #[test]
     fn records_write_zeros_ahead_and_every_record_still_replays() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("log");
-        if in_memory(dir.path()) {
-            eprintln!("skipped: the temporary directory is on tmpfs, where nothing is reserved");
+        let Some(dir) = on_disk_dir("nothing is reserved") else {
             return;
-        }
+        };
+        let log = dir.path().join("log");
         let (mut wal, _) = Wal::open(&log, Position::default(), 64 << 20).unwrap();
         let start = wal.position();
         let path = segment_path(&log, start.segment);
@@ -1265,12 +1278,10 @@ pub(crate) mod tests {
     /// the window has moved past its end; every record still reads back.
     #[test]
     fn pages_more_than_the_cached_window_behind_the_newest_record_are_let_go() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("log");
-        if in_memory(dir.path()) {
-            eprintln!("skipped: the temporary directory is on tmpfs, where pages are the data");
+        let Some(dir) = on_disk_dir("pages are the data") else {
             return;
-        }
+        };
+        let log = dir.path().join("log");
         let segment_bytes_max = 80 << 20;
         let (mut wal, _) = Wal::open(&log, Position::default(), segment_bytes_max).unwrap();
         let start = wal.position();
@@ -1305,10 +1316,7 @@ pub(crate) mod tests {
                 wal.uncached
             );
         }
-        assert!(
-            wal.uncached == 0,
-            "the new segment has let go of nothing yet"
-        );
+        assert_eq!(wal.uncached, 0, "the new segment has let go of nothing yet");
         let (_, from, len) = wal
             .previous
             .clone()
