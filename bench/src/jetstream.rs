@@ -29,6 +29,21 @@ use crate::report::{self, BenchReport};
 const CONNECTIONS_MAX: u32 = 8;
 /// How long stream creation is retried while the cluster's API times out.
 const STREAM_CREATE_WAIT: Duration = Duration::from_secs(60);
+/// Pause before asking again for a stream the cluster could not place yet.
+const STREAM_CREATE_RETRY: Duration = Duration::from_millis(200);
+
+/// Whether creating a stream failed only because the cluster is not ready yet: no meta
+/// leader (the request times out), or peers not yet known to be online (no room for the
+/// replicas).
+fn not_ready_yet(kind: &CreateStreamErrorKind) -> bool {
+    match kind {
+        CreateStreamErrorKind::TimedOut => true,
+        CreateStreamErrorKind::JetStream(error) => {
+            error.error_code() == async_nats::jetstream::ErrorCode::CLUSTER_NO_PEERS
+        }
+        _ => false,
+    }
+}
 
 /// `jetstream-bench`: the load of `tributary bench` against a NATS JetStream cluster.
 #[derive(Debug, Clone, clap::Parser)]
@@ -81,17 +96,19 @@ pub async fn run(args: JetStreamArgs) -> anyhow::Result<BenchReport> {
                 num_replicas: args.replicas as usize,
                 ..Default::default()
             };
-            // A cluster just started may not have placed its meta leader yet: its API
-            // times out until then.
+            // A cluster just started may not have placed its meta leader yet (its API times
+            // out until then), nor heard from every peer (it has no peers to place the
+            // replicas on until then).
             let give_up = tokio::time::Instant::now() + STREAM_CREATE_WAIT;
             let stream = loop {
                 match contexts[0].create_stream(config.clone()).await {
                     Ok(stream) => break stream,
                     Err(error)
-                        if error.kind() == CreateStreamErrorKind::TimedOut
+                        if not_ready_yet(&error.kind())
                             && tokio::time::Instant::now() < give_up =>
                     {
-                        eprintln!("creating '{name}' timed out; trying again");
+                        eprintln!("creating '{name}': {error}; trying again");
+                        tokio::time::sleep(STREAM_CREATE_RETRY).await;
                     }
                     Err(error) => {
                         return Err(anyhow::Error::new(error)
