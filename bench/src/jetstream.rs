@@ -27,7 +27,8 @@ use crate::report::{self, BenchReport};
 
 /// Connections the producers are spread over.
 const CONNECTIONS_MAX: u32 = 8;
-/// How long stream creation is retried while the cluster's API times out.
+/// How long stream creation is retried while the cluster is not ready for it (see
+/// [`not_ready_yet`]).
 const STREAM_CREATE_WAIT: Duration = Duration::from_secs(60);
 /// Pause before asking again for a stream the cluster could not place yet.
 const STREAM_CREATE_RETRY: Duration = Duration::from_millis(200);
