@@ -402,6 +402,14 @@ impl Node {
             .http2_keepalive_interval(Some(keepalive))
             .http2_keepalive_timeout(Some(keepalive))
             .max_concurrent_streams(Some(connections.max_streams_per_connection))
+            // A peer whose calls time out resets their streams, often before this server
+            // has taken them up when it is busy; past hyper's default (20) such resets
+            // close the connection, and every group's heartbeats and replication on it
+            // with it. (With --cluster-key-file or --peer-ca, only nodes that proved them
+            // reach this server.)
+            .http2_max_pending_accept_reset_streams(Some(
+                connections.max_streams_per_connection as usize,
+            ))
             .initial_stream_window_size(tributary_raft::PEER_STREAM_WINDOW_BYTES)
             .initial_connection_window_size(tributary_raft::PEER_CONNECTION_WINDOW_BYTES)
             .add_service(PeerService::new(host.clone()).into_server())

@@ -1,11 +1,14 @@
 //! Heartbeat coalescing: with hundreds of groups per node, each group's leader sends its
 //! followers a heartbeat every interval. Sent one by one that is hundreds of RPCs per
 //! interval per peer; instead, messages to the same peer that arrive within a short window
-//! travel together in one `RaftPeer.Batch` call, and each caller gets its own reply.
+//! travel together in one call (`RaftPeer.BatchStream`), and each caller gets its own
+//! reply as soon as the peer has it, whatever the batch's other messages wait for.
 
 use std::future::Future;
 use std::time::Duration;
 
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use tokio::sync::{mpsc, oneshot};
 use tributary_proto::peer::{GroupMessage, GroupReply};
 
@@ -21,6 +24,9 @@ const QUEUE_MAX: usize = 8192;
 
 type Waiter = oneshot::Sender<Result<GroupReply, String>>;
 
+/// The replies to one batch as they come: each with its message's place in the batch.
+pub type Replies = BoxStream<'static, Result<(usize, GroupReply), String>>;
+
 /// Collects messages for one peer and sends them in batches. Cheap to clone; the batching
 /// task ends when every clone is dropped.
 #[derive(Clone, Debug)]
@@ -29,12 +35,12 @@ pub struct Coalescer {
 }
 
 impl Coalescer {
-    /// Starts the batching task. `send` delivers one batch and returns one reply per
-    /// message, in order.
+    /// Starts the batching task. `send` delivers one batch and returns its replies, one
+    /// per message, in any order.
     pub fn spawn<F, Fut>(window: Duration, send: F) -> Coalescer
     where
         F: Fn(Vec<GroupMessage>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Vec<GroupReply>, String>> + Send + 'static,
+        Fut: Future<Output = Result<Replies, String>> + Send + 'static,
     {
         let (tx, mut rx) = mpsc::channel::<(GroupMessage, Waiter)>(QUEUE_MAX);
         tokio::spawn(async move {
@@ -58,7 +64,7 @@ impl Coalescer {
                     .increment(messages.len() as u64);
                 let reply = send(messages);
                 // The next window opens while this batch is in flight.
-                tokio::spawn(async move { deliver(reply.await, waiters) });
+                tokio::spawn(async move { deliver(reply.await, waiters).await });
             }
         });
         Coalescer { tx }
@@ -77,28 +83,43 @@ impl Coalescer {
     }
 }
 
-fn deliver(result: Result<Vec<GroupReply>, String>, waiters: Vec<Waiter>) {
-    match result {
-        Ok(replies) if replies.len() == waiters.len() => {
-            for (waiter, reply) in waiters.into_iter().zip(replies) {
-                let _ = waiter.send(Ok(reply));
+/// Hands each reply to its caller as it arrives; when the replies fail or end early, the
+/// callers still waiting get the error.
+async fn deliver(replies: Result<Replies, String>, waiters: Vec<Waiter>) {
+    let count = waiters.len();
+    let mut waiters: Vec<Option<Waiter>> = waiters.into_iter().map(Some).collect();
+    let mut unanswered = count;
+    let error = match replies {
+        Err(error) => error,
+        Ok(mut replies) => loop {
+            match replies.next().await {
+                Some(Ok((index, reply))) => match waiters.get_mut(index).and_then(Option::take) {
+                    Some(waiter) => {
+                        let _ = waiter.send(Ok(reply));
+                        unanswered -= 1;
+                        if unanswered == 0 {
+                            return;
+                        }
+                    }
+                    None => {
+                        break format!(
+                            "a batch of {count} messages got a second reply, or one for \
+                             message {index}"
+                        );
+                    }
+                },
+                Some(Err(error)) => break error,
+                None => {
+                    break format!(
+                        "a batch of {count} messages got {} replies",
+                        count - unanswered
+                    );
+                }
             }
-        }
-        Ok(replies) => {
-            let error = format!(
-                "a batch of {} messages got {} replies",
-                waiters.len(),
-                replies.len()
-            );
-            for waiter in waiters {
-                let _ = waiter.send(Err(error.clone()));
-            }
-        }
-        Err(error) => {
-            for waiter in waiters {
-                let _ = waiter.send(Err(error.clone()));
-            }
-        }
+        },
+    };
+    for waiter in waiters.into_iter().flatten() {
+        let _ = waiter.send(Err(error.clone()));
     }
 }
 
@@ -120,20 +141,26 @@ mod tests {
         }
     }
 
-    /// Echoes each message's group back as its reply, recording batch sizes.
+    fn reply(group: u64) -> GroupReply {
+        GroupReply {
+            result: Some(group_reply::Result::Payload(
+                group.to_le_bytes().to_vec().into(),
+            )),
+        }
+    }
+
+    /// Echoes each message's group back as its reply, last message first, recording batch
+    /// sizes.
     fn echo(batches: Arc<Mutex<Vec<usize>>>) -> Coalescer {
         Coalescer::spawn(Duration::from_millis(50), move |messages| {
             batches.lock().unwrap().push(messages.len());
-            async move {
-                Ok(messages
-                    .iter()
-                    .map(|m| GroupReply {
-                        result: Some(group_reply::Result::Payload(
-                            m.group.to_le_bytes().to_vec().into(),
-                        )),
-                    })
-                    .collect())
-            }
+            let replies: Vec<_> = messages
+                .iter()
+                .enumerate()
+                .rev()
+                .map(|(index, m)| Ok((index, reply(m.group))))
+                .collect();
+            async move { Ok(futures::stream::iter(replies).boxed()) }
         })
     }
 
@@ -170,10 +197,56 @@ mod tests {
         assert_eq!(batches.lock().unwrap().len(), 3);
     }
 
+    /// A message whose group answers late holds up no other message's reply.
+    #[tokio::test(start_paused = true)]
+    async fn each_reply_reaches_its_caller_as_soon_as_it_arrives() {
+        let coalescer = Coalescer::spawn(Duration::from_millis(5), |messages| {
+            // Answered in the order they finish, as a peer's BatchStream does.
+            let replies: futures::stream::FuturesUnordered<_> = messages
+                .into_iter()
+                .enumerate()
+                .map(|(index, m)| async move {
+                    if m.group == 1 {
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                    Ok((index, reply(m.group)))
+                })
+                .collect();
+            let replies = replies.boxed();
+            async move { Ok(replies) }
+        });
+        let slow = tokio::spawn({
+            let coalescer = coalescer.clone();
+            async move { coalescer.call(message(1)).await }
+        });
+        tokio::task::yield_now().await;
+        let started = tokio::time::Instant::now();
+        let fast = coalescer.call(message(2)).await.unwrap();
+        assert_eq!(fast, reply(2));
+        assert!(
+            started.elapsed() < Duration::from_millis(100),
+            "the fast reply waited {:?}",
+            started.elapsed()
+        );
+        assert!(!slow.is_finished());
+        assert_eq!(slow.await.unwrap().unwrap(), reply(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_whose_replies_end_early_fails_the_messages_left() {
+        let coalescer = Coalescer::spawn(Duration::from_millis(5), |messages| {
+            let first = messages.first().map(|m| Ok((0, reply(m.group))));
+            async move { Ok(futures::stream::iter(first).boxed()) }
+        });
+        let (a, b) = tokio::join!(coalescer.call(message(1)), coalescer.call(message(2)));
+        assert_eq!(a.unwrap(), reply(1));
+        assert_eq!(b.unwrap_err(), "a batch of 2 messages got 1 replies");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_failed_batch_fails_every_message_in_it() {
         let coalescer = Coalescer::spawn(Duration::from_millis(5), |_| async {
-            Err::<Vec<GroupReply>, _>("node 2: connection refused".to_string())
+            Err::<Replies, _>("node 2: connection refused".to_string())
         });
         let (a, b) = tokio::join!(coalescer.call(message(1)), coalescer.call(message(2)));
         assert_eq!(a.unwrap_err(), "node 2: connection refused");

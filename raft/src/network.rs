@@ -139,10 +139,30 @@ struct RouterInner {
     /// Peer address of every node this node has been told about.
     addresses: RwLock<HashMap<u64, String>>,
     /// One channel (one HTTP/2 connection) per peer node, shared by all groups, and the
-    /// coalescer batching heartbeats to it.
-    channels: RwLock<HashMap<u64, (String, Channel, Coalescer)>>,
+    /// coalescers batching heartbeats and election messages to it.
+    channels: RwLock<HashMap<u64, (String, Channel, Coalescers)>>,
     /// Replica rebuilds this node sends and receives, and their shared budget.
     rebuilds: Rebuilds,
+}
+
+/// Which batches a message may wait to share ([`COALESCE_WINDOW`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Batching {
+    /// Sent at once, in a call of its own.
+    Alone,
+    /// Heartbeats: their replies must come back within openraft's heartbeat interval, or
+    /// an idle leader's lease lapses and it turns writes away.
+    Heartbeats,
+    /// Votes and pre-votes, in batches of their own: a vote is answered once the voter's
+    /// vote is on its disk, and a heartbeat must not wait for that.
+    Elections,
+}
+
+/// The coalescers of one peer connection.
+#[derive(Clone, Debug)]
+struct Coalescers {
+    heartbeats: Coalescer,
+    elections: Coalescer,
 }
 
 /// Routes the Raft messages of every group on this node to peer nodes. Cheap to clone.
@@ -213,7 +233,14 @@ impl PeerRouter {
             bytes: stored.bytes,
         };
         let resume_from: u64 = self
-            .call(target, group, kind, &piece(0, begin), timeout, false)
+            .call(
+                target,
+                group,
+                kind,
+                &piece(0, begin),
+                timeout,
+                Batching::Alone,
+            )
             .await?;
         if !(stored.first_log..=last_log + 1).contains(&resume_from) {
             return Err(unreachable(format!(
@@ -236,13 +263,15 @@ impl PeerRouter {
             let bytes = log.entry_bytes() as u64;
             self.rebuilds().take(bytes).await;
             let log = piece(seq, PieceBody::Log(log));
-            self.call::<_, ()>(target, group, kind, &log, timeout, false)
+            self.call::<_, ()>(target, group, kind, &log, timeout, Batching::Alone)
                 .await?;
             seq += 1;
             progress.add(bytes);
         }
         let end = piece(seq, PieceBody::End { vote, meta });
-        Ok(self.call(target, group, kind, &end, timeout, false).await?)
+        Ok(self
+            .call(target, group, kind, &end, timeout, Batching::Alone)
+            .await?)
     }
 
     /// The same router, for openraft's heartbeat worker: its messages share batches.
@@ -263,7 +292,7 @@ impl PeerRouter {
         }
     }
 
-    fn channel(&self, target: u64) -> Result<(Channel, Coalescer), Unreachable<TypeConfig>> {
+    fn channel(&self, target: u64) -> Result<(Channel, Coalescers), Unreachable<TypeConfig>> {
         let target = crate::member_node(target).0;
         let addr = self
             .inner
@@ -273,7 +302,7 @@ impl PeerRouter {
             .get(&target)
             .cloned()
             .ok_or_else(|| unreachable(format!("no peer address known for node {target}")))?;
-        if let Some((known, channel, coalescer)) = self
+        if let Some((known, channel, coalescers)) = self
             .inner
             .channels
             .read()
@@ -281,36 +310,23 @@ impl PeerRouter {
             .get(&target)
             && *known == addr
         {
-            return Ok((channel.clone(), coalescer.clone()));
+            return Ok((channel.clone(), coalescers.clone()));
         }
         let channel = self
             .inner
             .connector
             .channel_to(&addr, target)
             .map_err(unreachable)?;
-        let coalescer = {
-            let channel = channel.clone();
-            Coalescer::spawn(COALESCE_WINDOW, move |messages| {
-                let mut client = RaftPeerClient::new(channel.clone())
-                    .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
-                    .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);
-                async move {
-                    let mut request = tonic::Request::new(GroupBatch { messages });
-                    request.set_timeout(BATCH_TIMEOUT);
-                    client
-                        .batch(request)
-                        .await
-                        .map(|reply| reply.into_inner().replies)
-                        .map_err(|status| format!("node {target}: {}", status.message()))
-                }
-            })
+        let coalescers = Coalescers {
+            heartbeats: batch_sender(&channel, target),
+            elections: batch_sender(&channel, target),
         };
         self.inner
             .channels
             .write()
             .expect("channels lock")
-            .insert(target, (addr, channel.clone(), coalescer.clone()));
-        Ok((channel, coalescer))
+            .insert(target, (addr, channel.clone(), coalescers.clone()));
+        Ok((channel, coalescers))
     }
 
     /// Sends a node beat (see [`crate::quiet`]) to `node`.
@@ -326,13 +342,13 @@ impl PeerRouter {
             MessageKind::QuietBeat,
             beat,
             timeout,
-            false,
+            Batching::Alone,
         )
         .await
     }
 
-    /// Sends one message; `coalesce` lets it wait briefly to share a batch with other
-    /// groups' messages to the same node (heartbeats).
+    /// Sends one message; `batching` says whether it waits briefly to share a batch with
+    /// other groups' messages to the same node (heartbeats, election messages).
     async fn call<Req: Serialize, Resp: DeserializeOwned>(
         &self,
         target: u64,
@@ -340,7 +356,7 @@ impl PeerRouter {
         kind: MessageKind,
         request: &Req,
         timeout: Duration,
-        coalesce: bool,
+        batching: Batching,
     ) -> Result<Resp, Unreachable<TypeConfig>> {
         let payload = encode(request).map_err(unreachable)?;
         // A large message gets time for its size on top: replication of large entries (up
@@ -354,8 +370,13 @@ impl PeerRouter {
             from_node: self.inner.node_id,
             to_member: target,
         };
-        let (channel, coalescer) = self.channel(target)?;
-        let reply = if coalesce {
+        let (channel, coalescers) = self.channel(target)?;
+        let coalescer = match batching {
+            Batching::Alone => None,
+            Batching::Heartbeats => Some(coalescers.heartbeats),
+            Batching::Elections => Some(coalescers.elections),
+        };
+        let reply = if let Some(coalescer) = coalescer {
             tokio::time::timeout(timeout, coalescer.call(message))
                 .await
                 .map_err(|_| {
@@ -397,6 +418,62 @@ impl PeerRouter {
     }
 }
 
+/// How long a peer that answered BatchStream with UNIMPLEMENTED (a node of an earlier
+/// release, during a rolling upgrade) is sent Batch instead before it is asked again.
+const BATCH_STREAM_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// A coalescer sending its batches to `target` over `channel`: as a BatchStream, whose
+/// replies come back one by one as the peer has them, or as a Batch (all replies at once)
+/// to a peer that does not know BatchStream.
+fn batch_sender(channel: &Channel, target: u64) -> Coalescer {
+    let channel = channel.clone();
+    // Since when the peer has been sent Batch instead.
+    let unstreamed: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
+    Coalescer::spawn(COALESCE_WINDOW, move |messages| {
+        let mut client = RaftPeerClient::new(channel.clone())
+            .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);
+        let unstreamed = unstreamed.clone();
+        async move {
+            let streams = unstreamed
+                .lock()
+                .expect("unstreamed lock")
+                .is_none_or(|since| since.elapsed() >= BATCH_STREAM_RETRY_AFTER);
+            if streams {
+                let mut request = tonic::Request::new(GroupBatch {
+                    messages: messages.clone(),
+                });
+                request.set_timeout(BATCH_TIMEOUT);
+                match client.batch_stream(request).await {
+                    Ok(replies) => {
+                        *unstreamed.lock().expect("unstreamed lock") = None;
+                        let replies = replies.into_inner().map(move |reply| match reply {
+                            Ok(reply) => {
+                                Ok((reply.index as usize, reply.reply.unwrap_or_default()))
+                            }
+                            Err(status) => Err(format!("node {target}: {}", status.message())),
+                        });
+                        return Ok(replies.boxed());
+                    }
+                    Err(status) if status.code() == tonic::Code::Unimplemented => {
+                        *unstreamed.lock().expect("unstreamed lock") = Some(Instant::now());
+                    }
+                    Err(status) => return Err(format!("node {target}: {}", status.message())),
+                }
+            }
+            let mut request = tonic::Request::new(GroupBatch { messages });
+            request.set_timeout(BATCH_TIMEOUT);
+            let replies = client
+                .batch(request)
+                .await
+                .map_err(|status| format!("node {target}: {}", status.message()))?
+                .into_inner()
+                .replies;
+            Ok(futures::stream::iter(replies.into_iter().enumerate().map(Ok)).boxed())
+        }
+    })
+}
+
 /// The slowest rate a peer connection is expected to carry a message at.
 const MESSAGE_BYTES_PER_SECOND_FLOOR: f64 = 8.0 * 1024.0 * 1024.0;
 
@@ -406,9 +483,39 @@ fn transfer_time(bytes: usize) -> Duration {
 }
 
 /// Whether an AppendEntries waits to share a batch: only heartbeats (no entries, sent by
-/// openraft's heartbeat worker) do.
-fn shares_batches(heartbeat_client: bool, entries: usize) -> bool {
-    heartbeat_client && entries == 0
+/// openraft's heartbeat worker) do. Votes and pre-votes always do, in batches of their own
+/// (see [`GroupRouter::vote`]).
+fn append_batching(heartbeat_client: bool, entries: usize) -> Batching {
+    if heartbeat_client && entries == 0 {
+        Batching::Heartbeats
+    } else {
+        Batching::Alone
+    }
+}
+
+/// How long replication's AppendEntries waits for its reply at least, whatever openraft
+/// asks (112 ms, three quarters of the heartbeat interval). A follower answers once the
+/// entries (and those before them) are on its disk; on a loaded node (hundreds of groups
+/// electing or writing at once) that can take longer than openraft's timeout, and a
+/// timed-out request is sent again: the follower stores the same entries twice, its load
+/// grows, and the next try times out as well (a probe with no entries, the first request
+/// of every new stream, waits for the follower's pending writes just the same). Replication
+/// sends one request at a time to each follower, so nothing queues behind a slow reply; a
+/// follower that is gone is given up on after this long, while writes commit on the other
+/// replicas.
+pub const APPEND_REPLY_TIMEOUT_MIN: Duration = Duration::from_secs(1);
+
+/// The timeout of an AppendEntries. A heartbeat gets openraft's whole `hard_ttl` (the
+/// heartbeat interval, which openraft enforces itself): a leader whose heartbeats no
+/// majority answers within it loses its lease and turns writes away, so every millisecond
+/// of a slow follower's answer counts. Replication's requests get at least
+/// [`APPEND_REPLY_TIMEOUT_MIN`].
+fn append_timeout(option: &RPCOption, batching: Batching) -> Duration {
+    if batching == Batching::Heartbeats {
+        option.hard_ttl()
+    } else {
+        option.soft_ttl().max(APPEND_REPLY_TIMEOUT_MIN)
+    }
 }
 
 fn unreachable(err: impl std::fmt::Display) -> Unreachable<TypeConfig> {
@@ -428,17 +535,18 @@ impl GroupRouter<TypeConfig, GroupId> for PeerRouter {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        let heartbeat = shares_batches(self.heartbeats, rpc.entries.len());
+        let batching = append_batching(self.heartbeats, rpc.entries.len());
         // A partition's entries make a round trip of the `replication` stage.
         let timed = (!rpc.entries.is_empty() && group != GroupId::CONTROLLER).then(Instant::now);
+        let timeout = append_timeout(&option, batching);
         let reply = self
             .call(
                 target,
                 group,
                 MessageKind::AppendEntries,
                 &rpc,
-                option.soft_ttl(),
-                heartbeat,
+                timeout,
+                batching,
             )
             .await?;
         if let Some(since) = timed {
@@ -447,6 +555,14 @@ impl GroupRouter<TypeConfig, GroupId> for PeerRouter {
         Ok(reply)
     }
 
+    /// Votes and pre-votes share batches with heartbeats. A hub's groups are created at
+    /// once and all elect at once (hundreds per node, a pre-vote and a vote to each peer);
+    /// one call each opened that many HTTP/2 streams, and each that timed out was reset.
+    /// Past a few dozen resets a peer's server closes the whole connection (hyper's guard
+    /// against reset floods), failing every group's heartbeats and replication on it, and
+    /// the elections that follow timed out in turn. A 20 ms window is small against the
+    /// election timeout (400 ms and more). A vote is waited for as long as openraft waits
+    /// (its `hard_ttl`, which it enforces itself): a busy voter's late answer still elects.
     async fn vote(
         &self,
         target: u64,
@@ -460,8 +576,8 @@ impl GroupRouter<TypeConfig, GroupId> for PeerRouter {
                 group,
                 MessageKind::Vote,
                 &rpc,
-                option.soft_ttl(),
-                false,
+                option.hard_ttl(),
+                Batching::Elections,
             )
             .await?)
     }
@@ -479,8 +595,8 @@ impl GroupRouter<TypeConfig, GroupId> for PeerRouter {
                 group,
                 MessageKind::PreVote,
                 &rpc,
-                option.soft_ttl(),
-                false,
+                option.hard_ttl(),
+                Batching::Elections,
             )
             .await?)
     }
@@ -533,7 +649,7 @@ impl GroupRouter<TypeConfig, GroupId> for PeerRouter {
                         MessageKind::SnapshotChunk,
                         &chunk,
                         option.hard_ttl(),
-                        false,
+                        Batching::Alone,
                     )
                     .await?);
             }
@@ -543,7 +659,7 @@ impl GroupRouter<TypeConfig, GroupId> for PeerRouter {
                 MessageKind::SnapshotChunk,
                 &chunk,
                 option.hard_ttl(),
-                false,
+                Batching::Alone,
             )
             .await?;
             offset = end;
@@ -564,7 +680,7 @@ impl GroupRouter<TypeConfig, GroupId> for PeerRouter {
                 MessageKind::TransferLeader,
                 &req,
                 option.soft_ttl(),
-                false,
+                Batching::Alone,
             )
             .await?)
     }
@@ -755,7 +871,10 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
 
 #[cfg(test)]
 mod tests {
-    use super::{replication_stream, shares_batches, transfer_time};
+    use super::{
+        APPEND_REPLY_TIMEOUT_MIN, Batching, append_batching, append_timeout, replication_stream,
+        transfer_time,
+    };
     use crate::types::{Entry, LogId, TypeConfig};
     use futures::StreamExt;
     use openraft::EntryPayload;
@@ -918,11 +1037,28 @@ mod tests {
 
     #[test]
     fn only_the_heartbeat_clients_empty_appends_wait_for_a_batch() {
-        assert!(shares_batches(true, 0));
+        assert_eq!(append_batching(true, 0), Batching::Heartbeats);
         // Replication's empty AppendEntries carries the commit index; the stream's next
         // entries wait for its reply, so it must not wait out a batching window.
-        assert!(!shares_batches(false, 0));
-        assert!(!shares_batches(false, 3));
-        assert!(!shares_batches(true, 3));
+        assert_eq!(append_batching(false, 0), Batching::Alone);
+        assert_eq!(append_batching(false, 3), Batching::Alone);
+        assert_eq!(append_batching(true, 3), Batching::Alone);
+    }
+
+    /// Openraft asks 112 ms of both (three quarters of the 150 ms heartbeat interval): a
+    /// heartbeat gets the whole interval, replication a second.
+    #[test]
+    fn heartbeats_get_the_whole_interval_and_replication_a_second() {
+        let option = RPCOption::new(Duration::from_millis(150));
+        assert_eq!(
+            append_timeout(&option, Batching::Heartbeats),
+            Duration::from_millis(150)
+        );
+        assert_eq!(
+            append_timeout(&option, Batching::Alone),
+            APPEND_REPLY_TIMEOUT_MIN
+        );
+        let long = RPCOption::new(Duration::from_secs(4));
+        assert_eq!(append_timeout(&long, Batching::Alone), long.soft_ttl());
     }
 }

@@ -12,7 +12,7 @@ use openraft::storage::RaftStateMachine;
 use tonic::{Request, Response, Status};
 use tributary_proto::peer::raft_peer_server::{RaftPeer, RaftPeerServer};
 use tributary_proto::peer::{
-    GroupBatch, GroupBatchReply, GroupMessage, GroupReply, MessageKind, group_reply,
+    GroupBatch, GroupBatchReply, GroupMessage, GroupReply, IndexedReply, MessageKind, group_reply,
 };
 use tributary_types::{GroupId, SendStage};
 
@@ -56,6 +56,9 @@ impl PeerCaller {
     }
 }
 
+/// Snapshots being received whole, by group: the transfer id and the bytes so far.
+type WholeSnapshots = HashMap<GroupId, (u64, Vec<u8>)>;
+
 /// Serves the peer port for the groups of one host.
 pub struct PeerService<SM>
 where
@@ -63,10 +66,25 @@ where
 {
     host: Arc<GroupHost<SM>>,
     /// Snapshots being received whole, one per group: the transfer id and the bytes so far.
-    snapshots: Mutex<HashMap<GroupId, (u64, Vec<u8>)>>,
+    snapshots: Arc<Mutex<WholeSnapshots>>,
     /// Snapshots being received piece by piece, one per group; the lock is held while a
     /// piece is stored or the snapshot installed, so those never overlap.
     streamed: Arc<Mutex<HashMap<GroupId, Slot>>>,
+}
+
+/// Another handle on the same service (a BatchStream's replies outlive the call that
+/// started them).
+impl<SM> Clone for PeerService<SM>
+where
+    SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
+{
+    fn clone(&self) -> Self {
+        Self {
+            host: self.host.clone(),
+            snapshots: self.snapshots.clone(),
+            streamed: self.streamed.clone(),
+        }
+    }
 }
 
 /// Where one group's streamed snapshot is received.
@@ -98,7 +116,7 @@ where
     pub fn new(host: Arc<GroupHost<SM>>) -> Self {
         let service = Self {
             host,
-            snapshots: Mutex::new(HashMap::new()),
+            snapshots: Arc::new(Mutex::new(HashMap::new())),
             streamed: Arc::new(Mutex::new(HashMap::new())),
         };
         service.reap_idle_transfers();
@@ -453,6 +471,34 @@ where
         let messages = request.into_inner().messages;
         let replies = futures::future::join_all(messages.into_iter().map(|m| self.handle(m))).await;
         Ok(Response::new(GroupBatchReply { replies }))
+    }
+
+    type BatchStreamStream =
+        std::pin::Pin<Box<dyn futures::Stream<Item = Result<IndexedReply, Status>> + Send>>;
+
+    async fn batch_stream(
+        &self,
+        request: Request<GroupBatch>,
+    ) -> Result<Response<Self::BatchStreamStream>, Status> {
+        for message in &request.get_ref().messages {
+            PeerCaller::check_sender(&request, message.from_node)?;
+        }
+        let replies: futures::stream::FuturesUnordered<_> = request
+            .into_inner()
+            .messages
+            .into_iter()
+            .enumerate()
+            .map(|(index, message)| {
+                let service = self.clone();
+                async move {
+                    Ok(IndexedReply {
+                        index: index as u32,
+                        reply: Some(service.handle(message).await),
+                    })
+                }
+            })
+            .collect();
+        Ok(Response::new(Box::pin(replies)))
     }
 }
 

@@ -17,6 +17,7 @@ mod founding;
 mod hibernation;
 mod nemesis;
 mod net;
+mod slow_links;
 mod state_machine;
 
 use std::sync::Arc;
