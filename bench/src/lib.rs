@@ -243,7 +243,17 @@ pub async fn run(endpoint: &str, args: BenchArgs, json: bool) -> anyhow::Result<
         clients.push(Client::connect(endpoint).await?);
     }
     let hub = prepare_hub(&clients[0], &args).await?;
-    let outcome = measure(endpoint, &clients, &hub, &args).await;
+    // A hub this run created (which took Manage rights, as reading the cluster status
+    // does) is measured once its partitions have elected their leaders.
+    let ready = if hub.created {
+        await_leaders(&clients[0], &hub.name).await.map(drop)
+    } else {
+        Ok(())
+    };
+    let outcome = match ready {
+        Ok(()) => measure(endpoint, &clients, &hub, &args).await,
+        Err(error) => Err(error),
+    };
     if hub.created
         && !args.keep
         && let Err(error) = clients[0].delete_event_hub(&hub.name).await
@@ -276,45 +286,74 @@ pub(crate) fn emit(
     Ok(())
 }
 
-/// The index in --amqp-addr (node id - 1) of each partition's leader, per the cluster
-/// status, once every partition of the hub has one (waiting up to 30 s).
-async fn partition_leaders(
+/// How long a new hub's partitions may take to elect their leaders before a run.
+const HUB_LEADERS_WAIT: Duration = Duration::from_secs(120);
+
+/// The leader (node id) of each partition of `hub`, per the cluster status, once every
+/// partition has one: a run measures the hub's traffic, not its first elections (hundreds
+/// of partitions created at once take seconds to elect on a busy cluster). Waits up to
+/// [`HUB_LEADERS_WAIT`], noting progress on stderr every 5 s.
+async fn await_leaders(
     client: &Client,
     hub: &str,
-    nodes: usize,
-) -> anyhow::Result<std::collections::HashMap<String, usize>> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+) -> anyhow::Result<std::collections::HashMap<String, u64>> {
+    let start = std::time::Instant::now();
+    let mut noted = start;
     loop {
         let status = client
             .cluster_status()
             .await
             .context("cannot read the cluster status for the partitions' leaders")?;
-        let partitions: Vec<_> = status
+        let leaders: std::collections::HashMap<String, u64> = status
             .partitions
             .iter()
             .filter(|p| p.event_hub == hub)
+            .map(|p| (p.partition_id.clone(), p.leader))
             .collect();
-        let led = !partitions.is_empty() && partitions.iter().all(|p| p.leader > 0);
-        if led || std::time::Instant::now() >= deadline {
-            let mut leaders = std::collections::HashMap::new();
-            for partition in partitions {
-                let index = usize::try_from(partition.leader)
-                    .ok()
-                    .and_then(|id| id.checked_sub(1))
-                    .filter(|index| *index < nodes)
-                    .with_context(|| {
-                        format!(
-                            "partition {} of '{hub}' is led by node {} (0: none yet), which has \
-                             no address among the {nodes} of --amqp-addr (list node 1's first)",
-                            partition.partition_id, partition.leader
-                        )
-                    })?;
-                leaders.insert(partition.partition_id.clone(), index);
-            }
+        let led = leaders.values().filter(|leader| **leader > 0).count();
+        if !leaders.is_empty() && led == leaders.len() {
             return Ok(leaders);
+        }
+        if start.elapsed() >= HUB_LEADERS_WAIT {
+            anyhow::bail!(
+                "{led} of the {} partitions of '{hub}' have a leader after {}s: the cluster \
+                 is still electing (its nodes' logs say why)",
+                leaders.len(),
+                HUB_LEADERS_WAIT.as_secs()
+            );
+        }
+        if noted.elapsed() >= Duration::from_secs(5) {
+            eprintln!(
+                "waiting for the partitions of '{hub}' to elect leaders: {led} of {} have one",
+                leaders.len()
+            );
+            noted = std::time::Instant::now();
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The index in --amqp-addr (node id - 1) of each partition's leader.
+fn leader_indexes(
+    leaders: &std::collections::HashMap<String, u64>,
+    hub: &str,
+    nodes: usize,
+) -> anyhow::Result<std::collections::HashMap<String, usize>> {
+    let mut indexes = std::collections::HashMap::new();
+    for (partition, leader) in leaders {
+        let index = usize::try_from(*leader)
+            .ok()
+            .and_then(|id| id.checked_sub(1))
+            .filter(|index| *index < nodes)
+            .with_context(|| {
+                format!(
+                    "partition {partition} of '{hub}' is led by node {leader}, which has no \
+                     address among the {nodes} of --amqp-addr (list node 1's first)"
+                )
+            })?;
+        indexes.insert(partition.clone(), index);
+    }
+    Ok(indexes)
 }
 
 /// Runs the consumers (if any) and the producers against `hub` and measures them.
@@ -341,7 +380,8 @@ async fn measure(
         None
     } else {
         let leaders = if args.amqp_to_leaders {
-            partition_leaders(&clients[0], &hub.name, args.amqp_addr.len()).await?
+            let leaders = await_leaders(&clients[0], &hub.name).await?;
+            leader_indexes(&leaders, &hub.name, args.amqp_addr.len())?
         } else {
             Default::default()
         };
