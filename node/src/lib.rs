@@ -803,9 +803,18 @@ pub async fn serve_until_signal(args: config::ServeArgs) -> anyhow::Result<()> {
     node.shutdown().await
 }
 
+/// The log filter unless TRIBUTARY_LOG says otherwise. openraft warns of every failed
+/// heartbeat, vote and append on its own (hundreds a second per node when a peer falls
+/// behind); the peer transport sums those up instead (`tributary_raft`'s peer failures: the
+/// first at once, then one line per peer every 10 s), so those openraft modules log errors
+/// only.
+const LOG_FILTER_DEFAULT: &str = "info,openraft=warn,openraft::core::heartbeat=error,\
+     openraft::core::raft_core=error,openraft::replication=error,\
+     openraft::engine::handler::replication_handler=error";
+
 fn init_logging(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TRIBUTARY_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(LOG_FILTER_DEFAULT));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -845,4 +854,26 @@ fn keepalive_interval(idle_timeout: std::time::Duration) -> std::time::Duration 
 /// Resolves when the node starts shutting down.
 async fn stopped(mut shutdown: watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LOG_FILTER_DEFAULT;
+
+    /// Every directive of the default filter parses (`EnvFilter::new` would drop a bad one
+    /// silently, and with it the quieting of openraft's per-call warnings).
+    #[test]
+    fn the_default_log_filter_parses() {
+        let filter = tracing_subscriber::EnvFilter::try_new(LOG_FILTER_DEFAULT)
+            .expect("the default log filter parses");
+        let text = filter.to_string();
+        for module in [
+            "openraft::core::heartbeat=error",
+            "openraft::core::raft_core=error",
+            "openraft::replication=error",
+            "openraft::engine::handler::replication_handler=error",
+        ] {
+            assert!(text.contains(module), "{module} missing from {text}");
+        }
+    }
 }

@@ -10,6 +10,7 @@ mod log_store;
 mod member;
 mod membership;
 mod network;
+mod peer_failures;
 pub mod peer_key;
 mod peer_service;
 pub mod quiet;

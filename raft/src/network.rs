@@ -30,6 +30,7 @@ use tributary_types::{GroupId, SendStage};
 
 use crate::coalesce::{COALESCE_WINDOW, Coalescer};
 use crate::log_store::{decode, encode};
+use crate::peer_failures::PeerFailures;
 use crate::rebuild::{Direction, Rebuilds};
 use crate::snapshot_stream::{PieceReader, SNAPSHOT_PIECE_BYTES};
 use crate::types::{LogId, SnapshotData, SnapshotMeta, StoredSnapshot, TypeConfig};
@@ -143,6 +144,8 @@ struct RouterInner {
     channels: RwLock<HashMap<u64, (String, Channel, Coalescers)>>,
     /// Replica rebuilds this node sends and receives, and their shared budget.
     rebuilds: Rebuilds,
+    /// Failed calls, summed up in the log.
+    failures: PeerFailures,
 }
 
 /// Which batches a message may wait to share ([`COALESCE_WINDOW`]).
@@ -192,6 +195,7 @@ impl PeerRouter {
                 addresses: RwLock::new(HashMap::new()),
                 channels: RwLock::new(HashMap::new()),
                 rebuilds: Rebuilds::default(),
+                failures: PeerFailures::default(),
             }),
             heartbeats: false,
         }
@@ -348,8 +352,31 @@ impl PeerRouter {
     }
 
     /// Sends one message; `batching` says whether it waits briefly to share a batch with
-    /// other groups' messages to the same node (heartbeats, election messages).
+    /// other groups' messages to the same node (heartbeats, election messages). A failure
+    /// is counted and summed up in the log ([`PeerFailures`]).
     async fn call<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        target: u64,
+        group: GroupId,
+        kind: MessageKind,
+        request: &Req,
+        timeout: Duration,
+        batching: Batching,
+    ) -> Result<Resp, Unreachable<TypeConfig>> {
+        let result = self
+            .call_once(target, group, kind, request, timeout, batching)
+            .await;
+        if let Err(error) = &result {
+            self.inner.failures.record(
+                crate::member_node(target).0,
+                failure_kind(kind, batching),
+                &error.to_string(),
+            );
+        }
+        result
+    }
+
+    async fn call_once<Req: Serialize, Resp: DeserializeOwned>(
         &self,
         target: u64,
         group: GroupId,
@@ -415,6 +442,20 @@ impl PeerRouter {
                 crate::describe_member(target)
             ))),
         }
+    }
+}
+
+/// The `kind` label of a failed call of `kind`.
+fn failure_kind(kind: MessageKind, batching: Batching) -> &'static str {
+    match (kind, batching) {
+        (MessageKind::AppendEntries, Batching::Heartbeats) => "heartbeat",
+        (MessageKind::AppendEntries, _) => "append",
+        (MessageKind::Vote, _) => "vote",
+        (MessageKind::PreVote, _) => "pre_vote",
+        (MessageKind::SnapshotChunk | MessageKind::SnapshotPiece, _) => "snapshot",
+        (MessageKind::TransferLeader, _) => "transfer_leader",
+        (MessageKind::QuietBeat, _) => "node_beat",
+        (MessageKind::Unspecified, _) => "unspecified",
     }
 }
 
