@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use tributary_raft::{GroupHost, PeerRouter, PeerService, Raft};
+use tributary_raft::Raft;
 use tributary_storage::{Shard, ShardConfig};
 use tributary_types::{GroupId, HubId, NodeId, PartitionId};
 
-use crate::net::{self, SimConnector};
+use crate::net;
 use crate::state_machine::{MemStateMachine, SharedApplied};
 
 /// The simulated hosts; host `HOSTS[i]` is node `i + 1`.
@@ -109,22 +109,12 @@ async fn run_host(
     members: BTreeMap<NodeId, String>,
     registry: Registry,
 ) -> turmoil::Result {
-    let router = PeerRouter::new(node, SimConnector);
-    for (id, addr) in &members {
-        router.set_address(id.0, addr);
-    }
-    let host = GroupHost::new(NodeId(node), router);
-    let server = tokio::task::spawn_local(net::serve(PeerService::new(host.clone()).into_server()));
+    let members: BTreeMap<u64, String> = members.iter().map(|(id, a)| (id.0, a.clone())).collect();
+    let (host, server) = net::start_host(node, &members);
     for group in groups() {
         let (machine, applied) = MemStateMachine::new();
         let raft = host
-            .start(
-                group,
-                node,
-                shard.clone(),
-                machine,
-                members.iter().map(|(id, a)| (id.0, a.clone())).collect(),
-            )
+            .start(group, node, shard.clone(), machine, members.clone())
             .await?;
         registry.lock().expect("registry lock").push(Replica {
             node,

@@ -8,12 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
-use tributary_raft::{GroupHost, PeerRouter, PeerService, member_node};
+use tributary_raft::member_node;
 use tributary_storage::Shard;
-use tributary_types::{GroupId, HubId, NodeId, PartitionId};
+use tributary_types::{GroupId, HubId, PartitionId};
 
 use crate::cluster::add_each_host;
-use crate::net::{self, SimConnector};
+use crate::net;
 use crate::state_machine::MemStateMachine;
 
 /// Groups whose preferred founder runs: group g prefers node g mod 3 + 1.
@@ -97,12 +97,7 @@ async fn run_host(
     members: BTreeMap<u64, String>,
     rafts: Leaders,
 ) -> turmoil::Result {
-    let router = PeerRouter::new(node, SimConnector);
-    for (id, addr) in &members {
-        router.set_address(*id, addr);
-    }
-    let host = GroupHost::new(NodeId(node), router);
-    let server = tokio::task::spawn_local(net::serve(PeerService::new(host.clone()).into_server()));
+    let (host, server) = net::start_host(node, &members);
     for index in 0..=ORPHAN {
         if index == ORPHAN && node == preferred(ORPHAN) {
             continue;

@@ -12,15 +12,15 @@ use bytes::Bytes;
 use openraft::async_runtime::WatchReceiver;
 use tributary_raft::quiet::{ASLEEP_AFTER, BEAT_TIMEOUT};
 use tributary_raft::{
-    AppendBatch, GroupHost, Hibernation, PeerRouter, PeerService, Proposal, Raft, VoterChange,
-    member_id, member_node, reconcile_voters,
+    AppendBatch, GroupHost, Hibernation, Proposal, Raft, VoterChange, member_id, member_node,
+    reconcile_voters,
 };
 use tributary_storage::Shard;
-use tributary_types::{GroupId, HubId, NodeId, PartitionId};
+use tributary_types::{GroupId, HubId, PartitionId};
 
 use crate::cluster::{HOSTS, add_each_host, host_of, node_of};
 
-use crate::net::{self, SimConnector};
+use crate::net;
 use crate::state_machine::MemStateMachine;
 
 const GROUPS: u16 = 6;
@@ -354,18 +354,13 @@ async fn run_host(
     members: BTreeMap<u64, String>,
     shared: Arc<Shared>,
 ) -> turmoil::Result {
-    let router = PeerRouter::new(node, SimConnector);
-    for (id, addr) in &members {
-        router.set_address(*id, addr);
-    }
-    let host = GroupHost::new(NodeId(node), router);
+    let (host, server) = net::start_host(node, &members);
     host.hibernate_idle();
     shared
         .hosts
         .lock()
         .expect("hosts lock")
         .insert(node, host.clone());
-    let server = tokio::task::spawn_local(net::serve(PeerService::new(host.clone()).into_server()));
     for index in 0..GROUPS {
         let (machine, _) = MemStateMachine::new();
         let raft = host

@@ -2,7 +2,9 @@
 //! node uses, fed a turmoil listener and dialing through a turmoil connector, so the
 //! nemesis's partitions cut real gRPC connections.
 
+use std::collections::BTreeMap;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -11,7 +13,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tonic::transport::server::{Connected, TcpConnectInfo};
 use tonic::transport::{Channel, Endpoint, Uri};
 use tributary_proto::peer::raft_peer_server::RaftPeerServer;
-use tributary_raft::{Connector, PeerService};
+use tributary_raft::{Connector, GroupHost, PeerRouter, PeerService};
+use tributary_types::NodeId;
 
 use crate::state_machine::MemStateMachine;
 
@@ -57,6 +60,24 @@ impl Connector for SimConnector {
             })),
         )
     }
+}
+
+/// The server task of [`start_host`].
+pub type Server = tokio::task::JoinHandle<Result<(), Box<dyn std::error::Error>>>;
+
+/// This host's groups and their peer server: a router that knows every member's peer
+/// address, the host over it, and the server of its groups, started on this host.
+pub fn start_host(
+    node: u64,
+    members: &BTreeMap<u64, String>,
+) -> (Arc<GroupHost<MemStateMachine>>, Server) {
+    let router = PeerRouter::new(node, SimConnector);
+    for (id, addr) in members {
+        router.set_address(*id, addr);
+    }
+    let host = GroupHost::new(NodeId(node), router);
+    let server = tokio::task::spawn_local(serve(PeerService::new(host.clone()).into_server()));
+    (host, server)
 }
 
 /// Serves the peer service on this host's peer port until the host stops.

@@ -14,14 +14,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use openraft::async_runtime::WatchReceiver;
-use tributary_raft::{
-    AppendBatch, GroupHost, PeerRouter, PeerService, Proposal, Raft, member_node,
-};
+use tributary_raft::{AppendBatch, Proposal, Raft, member_node};
 use tributary_storage::Shard;
-use tributary_types::{GroupId, HubId, NodeId, PartitionId};
+use tributary_types::{GroupId, HubId, PartitionId};
 
 use crate::cluster::add_each_host;
-use crate::net::{self, SimConnector};
+use crate::net;
 use crate::state_machine::MemStateMachine;
 
 const GROUPS: u16 = 3;
@@ -174,12 +172,7 @@ async fn run_host(
     members: BTreeMap<u64, String>,
     shared: Arc<Shared>,
 ) -> turmoil::Result {
-    let router = PeerRouter::new(node, SimConnector);
-    for (id, addr) in &members {
-        router.set_address(*id, addr);
-    }
-    let host = GroupHost::new(NodeId(node), router);
-    let server = tokio::task::spawn_local(net::serve(PeerService::new(host.clone()).into_server()));
+    let (host, server) = net::start_host(node, &members);
     for index in 0..GROUPS {
         let (machine, _) = MemStateMachine::new();
         let raft = host
