@@ -363,9 +363,66 @@ impl PeerRouter {
         timeout: Duration,
         batching: Batching,
     ) -> Result<Resp, Unreachable<TypeConfig>> {
-        let result = self
-            .call_once(target, group, kind, request, timeout, batching)
-            .await;
+        let result = async {
+            let payload = encode(request).map_err(unreachable)?;
+            // A large message gets time for its size on top: replication of large entries (up
+            // to 16 MiB a message) to a follower far behind must not time out for good on a
+            // busy node, where openraft's timeouts (about 110 ms) assume small messages.
+            let timeout = timeout + transfer_time(payload.len());
+            let message = GroupMessage {
+                group: group.to_u64(),
+                kind: kind as i32,
+                payload,
+                from_node: self.inner.node_id,
+                to_member: target,
+            };
+            let (channel, coalescers) = self.channel(target)?;
+            let coalescer = match batching {
+                Batching::Alone => None,
+                Batching::Heartbeats => Some(coalescers.heartbeats),
+                Batching::Elections => Some(coalescers.elections),
+            };
+            let reply = if let Some(coalescer) = coalescer {
+                tokio::time::timeout(timeout, coalescer.call(message))
+                    .await
+                    .map_err(|_| {
+                        unreachable(format!(
+                            "{}: no reply within {timeout:?}",
+                            crate::describe_member(target)
+                        ))
+                    })?
+                    .map_err(unreachable)?
+            } else {
+                let mut client = RaftPeerClient::new(channel)
+                    .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+                    .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);
+                let mut request = tonic::Request::new(message);
+                request.set_timeout(timeout);
+                client
+                    .call(request)
+                    .await
+                    .map_err(|status| {
+                        unreachable(format!(
+                            "{}: {}",
+                            crate::describe_member(target),
+                            status.message()
+                        ))
+                    })?
+                    .into_inner()
+            };
+            match reply.result {
+                Some(group_reply::Result::Payload(bytes)) => decode(&bytes).map_err(unreachable),
+                Some(group_reply::Result::Error(message)) => Err(unreachable(format!(
+                    "{}: {message}",
+                    crate::describe_member(target)
+                ))),
+                None => Err(unreachable(format!(
+                    "{} sent an empty reply",
+                    crate::describe_member(target)
+                ))),
+            }
+        }
+        .await;
         if let Err(error) = &result {
             self.inner.failures.record(
                 crate::member_node(target).0,
@@ -374,74 +431,6 @@ impl PeerRouter {
             );
         }
         result
-    }
-
-    async fn call_once<Req: Serialize, Resp: DeserializeOwned>(
-        &self,
-        target: u64,
-        group: GroupId,
-        kind: MessageKind,
-        request: &Req,
-        timeout: Duration,
-        batching: Batching,
-    ) -> Result<Resp, Unreachable<TypeConfig>> {
-        let payload = encode(request).map_err(unreachable)?;
-        // A large message gets time for its size on top: replication of large entries (up
-        // to 16 MiB a message) to a follower far behind must not time out for good on a
-        // busy node, where openraft's timeouts (about 110 ms) assume small messages.
-        let timeout = timeout + transfer_time(payload.len());
-        let message = GroupMessage {
-            group: group.to_u64(),
-            kind: kind as i32,
-            payload,
-            from_node: self.inner.node_id,
-            to_member: target,
-        };
-        let (channel, coalescers) = self.channel(target)?;
-        let coalescer = match batching {
-            Batching::Alone => None,
-            Batching::Heartbeats => Some(coalescers.heartbeats),
-            Batching::Elections => Some(coalescers.elections),
-        };
-        let reply = if let Some(coalescer) = coalescer {
-            tokio::time::timeout(timeout, coalescer.call(message))
-                .await
-                .map_err(|_| {
-                    unreachable(format!(
-                        "{}: no reply within {timeout:?}",
-                        crate::describe_member(target)
-                    ))
-                })?
-                .map_err(unreachable)?
-        } else {
-            let mut client = RaftPeerClient::new(channel)
-                .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);
-            let mut request = tonic::Request::new(message);
-            request.set_timeout(timeout);
-            client
-                .call(request)
-                .await
-                .map_err(|status| {
-                    unreachable(format!(
-                        "{}: {}",
-                        crate::describe_member(target),
-                        status.message()
-                    ))
-                })?
-                .into_inner()
-        };
-        match reply.result {
-            Some(group_reply::Result::Payload(bytes)) => decode(&bytes).map_err(unreachable),
-            Some(group_reply::Result::Error(message)) => Err(unreachable(format!(
-                "{}: {message}",
-                crate::describe_member(target)
-            ))),
-            None => Err(unreachable(format!(
-                "{} sent an empty reply",
-                crate::describe_member(target)
-            ))),
-        }
     }
 }
 
@@ -465,7 +454,8 @@ const BATCH_STREAM_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// A coalescer sending its batches to `target` over `channel`: as a BatchStream, whose
 /// replies come back one by one as the peer has them, or as a Batch (all replies at once)
-/// to a peer that does not know BatchStream.
+/// to a peer that does not know BatchStream. The batch that finds out fails (once a
+/// minute per peer of an earlier release).
 fn batch_sender(channel: &Channel, target: u64) -> Coalescer {
     let channel = channel.clone();
     // Since when the peer has been sent Batch instead.
@@ -481,9 +471,7 @@ fn batch_sender(channel: &Channel, target: u64) -> Coalescer {
                 .expect("unstreamed lock")
                 .is_none_or(|since| since.elapsed() >= BATCH_STREAM_RETRY_AFTER);
             if streams {
-                let mut request = tonic::Request::new(GroupBatch {
-                    messages: messages.clone(),
-                });
+                let mut request = tonic::Request::new(GroupBatch { messages });
                 request.set_timeout(BATCH_TIMEOUT);
                 match client.batch_stream(request).await {
                     Ok(replies) => {
@@ -497,7 +485,14 @@ fn batch_sender(channel: &Channel, target: u64) -> Coalescer {
                         return Ok(replies.boxed());
                     }
                     Err(status) if status.code() == tonic::Code::Unimplemented => {
+                        // This batch is lost (its messages are not kept for a second try:
+                        // that would copy every batch for the minutes of an upgrade); Raft
+                        // sends heartbeats and votes again anyway.
                         *unstreamed.lock().expect("unstreamed lock") = Some(Instant::now());
+                        return Err(format!(
+                            "node {target} does not know BatchStream (an earlier release): \
+                             its batches go as Batch from now"
+                        ));
                     }
                     Err(status) => return Err(format!("node {target}: {}", status.message())),
                 }

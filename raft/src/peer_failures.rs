@@ -19,7 +19,6 @@ pub const SUMMARY_INTERVAL: Duration = Duration::from_secs(10);
 struct Window {
     started: Instant,
     by_kind: BTreeMap<&'static str, u64>,
-    last_error: String,
 }
 
 /// What to log about one failure.
@@ -45,7 +44,7 @@ impl PeerFailures {
     /// Records a failed call of `kind` to `node` and logs what there is to log.
     pub(crate) fn record(&self, node: u64, kind: &'static str, error: &str) {
         metrics::counter!("tributary_peer_call_failures_total", "kind" => kind).increment(1);
-        match self.note(node, kind, error, Instant::now()) {
+        match self.note(node, kind, Instant::now()) {
             Note::First => tracing::warn!(
                 node,
                 kind,
@@ -65,7 +64,7 @@ impl PeerFailures {
         }
     }
 
-    fn note(&self, node: u64, kind: &'static str, error: &str, now: Instant) -> Note {
+    fn note(&self, node: u64, kind: &'static str, now: Instant) -> Note {
         let mut by_node = self.by_node.lock().expect("peer failures lock");
         let Some(window) = by_node.get_mut(&node) else {
             by_node.insert(
@@ -73,7 +72,6 @@ impl PeerFailures {
                 Window {
                     started: now,
                     by_kind: BTreeMap::new(),
-                    last_error: String::new(),
                 },
             );
             return Note::First;
@@ -86,11 +84,9 @@ impl PeerFailures {
         }
         *window.by_kind.entry(kind).or_default() += 1;
         if over < SUMMARY_INTERVAL {
-            window.last_error = error.to_string();
             return Note::Quiet;
         }
         window.started = now;
-        window.last_error.clear();
         Note::Summary {
             by_kind: std::mem::take(&mut window.by_kind),
             over,
@@ -107,35 +103,29 @@ mod tests {
         let failures = PeerFailures::default();
         let start = Instant::now();
         let at = |ms: u64| start + Duration::from_millis(ms);
-        assert_eq!(
-            failures.note(2, "heartbeat", "no reply", at(0)),
-            Note::First
-        );
+        assert_eq!(failures.note(2, "heartbeat", at(0)), Note::First);
         for ms in 1..500 {
             let kind = if ms % 5 == 0 { "vote" } else { "heartbeat" };
-            assert_eq!(failures.note(2, kind, "no reply", at(ms)), Note::Quiet);
+            assert_eq!(failures.note(2, kind, at(ms)), Note::Quiet);
         }
         // Another node's failures are its own.
-        assert_eq!(failures.note(3, "append", "reset", at(600)), Note::First);
+        assert_eq!(failures.note(3, "append", at(600)), Note::First);
         assert_eq!(
-            failures.note(2, "heartbeat", "no reply", at(10_000)),
+            failures.note(2, "heartbeat", at(10_000)),
             Note::Summary {
                 by_kind: BTreeMap::from([("heartbeat", 401), ("vote", 99)]),
                 over: Duration::from_secs(10),
             }
         );
+        assert_eq!(failures.note(2, "vote", at(10_001)), Note::Quiet);
         assert_eq!(
-            failures.note(2, "vote", "no reply", at(10_001)),
-            Note::Quiet
-        );
-        assert_eq!(
-            failures.note(2, "vote", "no reply", at(20_001)),
+            failures.note(2, "vote", at(20_001)),
             Note::Summary {
                 by_kind: BTreeMap::from([("vote", 2)]),
                 over: Duration::from_millis(10_001),
             }
         );
         // Quiet for long after a summary: the next failure is told at once again.
-        assert_eq!(failures.note(2, "vote", "refused", at(60_000)), Note::First);
+        assert_eq!(failures.note(2, "vote", at(60_000)), Note::First);
     }
 }
