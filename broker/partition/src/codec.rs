@@ -19,7 +19,7 @@
 //! index and byte position in the original batch, so its sequence number and offset never
 //! change.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 
 /// A typed application property value.
@@ -78,17 +78,25 @@ const HOLE_BYTES_MAX: usize = FRAME_HEADER_BYTES + 10;
 
 /// Encodes a batch of events into one buffer of frames.
 pub fn encode_batch(records: &[EventRecord]) -> Bytes {
-    let mut out = BytesMut::new();
-    for record in records {
-        let payload = postcard::to_allocvec(record).expect("event records always encode");
-        let len = u32::try_from(payload.len())
+    // Sized first, then written once into one buffer of the batch's size: no copy of an
+    // event through a buffer of its own, and none through a growing one (a 64 KiB event
+    // was copied four times over before it reached the log).
+    let sizes: Vec<usize> = records
+        .iter()
+        .map(|record| {
+            postcard::experimental::serialized_size(record).expect("event records always encode")
+        })
+        .collect();
+    let mut out = Vec::with_capacity(sizes.iter().map(|size| size + 4).sum());
+    for (record, size) in records.iter().zip(sizes) {
+        let len = u32::try_from(size)
             .ok()
             .filter(|len| *len != HOLE_MARKER)
             .expect("an event record is smaller than 4 GiB");
-        out.put_u32_le(len);
-        out.extend_from_slice(&payload);
+        out.extend_from_slice(&len.to_le_bytes());
+        out = postcard::to_extend(record, out).expect("event records always encode");
     }
-    out.freeze()
+    Bytes::from(out)
 }
 
 /// Byte position of each frame within the batch, in order. Used on batches as first
@@ -307,6 +315,24 @@ mod tests {
         assert_eq!(decoded[1].index, 1);
         assert_eq!(decoded[0].record, records[0]);
         assert_eq!(decoded[1].record, records[1]);
+    }
+
+    /// A batch is each record's length (u32, little-endian) and postcard bytes, back to
+    /// back, exactly as written before batches were sized up front: stored batches and
+    /// offsets do not change with how they are built.
+    #[test]
+    fn a_batch_is_its_frames_back_to_back() {
+        let mut records = sample(5);
+        records.push(event(Some("large"), &"y".repeat(64 * 1024)));
+        let batch = encode_batch(&records);
+        let mut expected = Vec::new();
+        for record in &records {
+            let payload = postcard::to_allocvec(record).unwrap();
+            expected.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+            expected.extend_from_slice(&payload);
+        }
+        assert_eq!(&batch[..], &expected[..]);
+        assert!(encode_batch(&[]).is_empty());
     }
 
     #[test]
