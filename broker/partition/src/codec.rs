@@ -80,21 +80,25 @@ const HOLE_BYTES_MAX: usize = FRAME_HEADER_BYTES + 10;
 pub fn encode_batch(records: &[EventRecord]) -> Bytes {
     // Sized first, then written once into one buffer of the batch's size: no copy of an
     // event through a buffer of its own, and none through a growing one (a 64 KiB event
-    // was copied four times over before it reached the log).
-    let sizes: Vec<usize> = records
+    // was copied four times over before it reached the log). Each frame's length is
+    // filled in once its record is written.
+    let size: usize = records
         .iter()
         .map(|record| {
             postcard::experimental::serialized_size(record).expect("event records always encode")
+                + FRAME_HEADER_BYTES
         })
-        .collect();
-    let mut out = Vec::with_capacity(sizes.iter().map(|size| size + 4).sum());
-    for (record, size) in records.iter().zip(sizes) {
-        let len = u32::try_from(size)
+        .sum();
+    let mut out = Vec::with_capacity(size);
+    for record in records {
+        let at = out.len();
+        out.extend_from_slice(&[0; FRAME_HEADER_BYTES]);
+        out = postcard::to_extend(record, out).expect("event records always encode");
+        let len = u32::try_from(out.len() - at - FRAME_HEADER_BYTES)
             .ok()
             .filter(|len| *len != HOLE_MARKER)
             .expect("an event record is smaller than 4 GiB");
-        out.extend_from_slice(&len.to_le_bytes());
-        out = postcard::to_extend(record, out).expect("event records always encode");
+        out[at..at + FRAME_HEADER_BYTES].copy_from_slice(&len.to_le_bytes());
     }
     Bytes::from(out)
 }
