@@ -15,6 +15,7 @@ pub mod peer_key;
 mod peer_service;
 pub mod quiet;
 pub mod rebuild;
+mod session;
 pub mod snapshot_stream;
 mod types;
 

@@ -32,6 +32,7 @@ use crate::coalesce::{COALESCE_WINDOW, Coalescer};
 use crate::log_store::{decode, encode};
 use crate::peer_failures::PeerFailures;
 use crate::rebuild::{Direction, Rebuilds};
+use crate::session::{Session, SessionError};
 use crate::snapshot_stream::{PieceReader, SNAPSHOT_PIECE_BYTES};
 use crate::types::{LogId, SnapshotData, SnapshotMeta, StoredSnapshot, TypeConfig};
 use tributary_storage::LogPiece;
@@ -161,12 +162,19 @@ enum Batching {
     Elections,
 }
 
-/// The coalescers of one peer connection.
+/// The coalescers and the session of one peer connection.
 #[derive(Clone, Debug)]
 struct Coalescers {
     heartbeats: Coalescer,
     elections: Coalescer,
+    session: Session,
 }
+
+/// Largest message sent on a peer's session ([`Session`]); larger ones (replication of many
+/// large entries) go as calls of their own, so that no group's replication waits behind
+/// them on the session's one stream (HTTP/2 interleaves streams, not one stream's
+/// messages). Snapshot pieces always go alone.
+const SESSION_MESSAGE_BYTES_MAX: usize = 1024 * 1024;
 
 /// Routes the Raft messages of every group on this node to peer nodes. Cheap to clone.
 #[derive(Clone)]
@@ -324,6 +332,7 @@ impl PeerRouter {
         let coalescers = Coalescers {
             heartbeats: batch_sender(&channel, target),
             elections: batch_sender(&channel, target),
+            session: Session::new(channel.clone(), target),
         };
         self.inner
             .channels
@@ -382,7 +391,25 @@ impl PeerRouter {
                 Batching::Heartbeats => Some(coalescers.heartbeats),
                 Batching::Elections => Some(coalescers.elections),
             };
-            let reply = if let Some(coalescer) = coalescer {
+            let on_session = coalescer.is_none()
+                && !matches!(
+                    kind,
+                    MessageKind::SnapshotChunk | MessageKind::SnapshotPiece
+                )
+                && message.payload.len() <= SESSION_MESSAGE_BYTES_MAX;
+            let session_reply = if on_session {
+                match coalescers.session.call(message.clone(), timeout).await {
+                    Ok(reply) => Some(reply),
+                    // A peer of an earlier release: the message goes as a call of its own.
+                    Err(SessionError::Unsupported) => None,
+                    Err(SessionError::Failed(error)) => return Err(unreachable(error)),
+                }
+            } else {
+                None
+            };
+            let reply = if let Some(reply) = session_reply {
+                reply
+            } else if let Some(coalescer) = coalescer {
                 tokio::time::timeout(timeout, coalescer.call(message))
                     .await
                     .map_err(|_| {
@@ -919,6 +946,7 @@ mod tests {
     use openraft::network::{NetAppend, RPCOption};
     use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, StreamAppendError};
     use std::collections::VecDeque;
+    use std::sync::atomic::Ordering;
     use std::time::Duration;
 
     fn log_id(index: u64) -> LogId {
@@ -1096,5 +1124,78 @@ mod tests {
         );
         let long = RPCOption::new(Duration::from_secs(4));
         assert_eq!(append_timeout(&long, Batching::Alone), long.soft_ttl());
+    }
+
+    /// Replication goes on the peer's session, but a snapshot piece or a message larger
+    /// than [`super::SESSION_MESSAGE_BYTES_MAX`] goes as a call of its own.
+    #[tokio::test]
+    async fn replication_goes_on_the_session_and_large_messages_alone() {
+        use super::{MessageKind, PeerRouter, SESSION_MESSAGE_BYTES_MAX, TcpConnector};
+        use crate::session::stub;
+        use tributary_types::GroupId;
+        let peer = stub::Peer::default();
+        let (addr, _cutter) = stub::serve(peer.clone()).await;
+        let router = PeerRouter::new(1, TcpConnector);
+        router.set_address(2, &addr);
+        let call = |kind, value: Vec<u8>| {
+            let router = router.clone();
+            async move {
+                let reply: Vec<u8> = router
+                    .call(
+                        2,
+                        GroupId::from_u64(9),
+                        kind,
+                        &value,
+                        Duration::from_secs(30),
+                        Batching::Alone,
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(reply, value);
+            }
+        };
+        call(MessageKind::AppendEntries, vec![1, 2, 3]).await;
+        call(MessageKind::TransferLeader, vec![4]).await;
+        assert_eq!(peer.session_messages.load(Ordering::SeqCst), 2);
+        assert_eq!(peer.calls.load(Ordering::SeqCst), 0);
+        call(MessageKind::SnapshotPiece, vec![5]).await;
+        call(
+            MessageKind::AppendEntries,
+            vec![6; SESSION_MESSAGE_BYTES_MAX + 1],
+        )
+        .await;
+        assert_eq!(peer.session_messages.load(Ordering::SeqCst), 2);
+        assert_eq!(peer.calls.load(Ordering::SeqCst), 2);
+        assert_eq!(peer.sessions.load(Ordering::SeqCst), 1);
+    }
+
+    /// A peer of an earlier release (one without sessions) gets replication as calls of
+    /// their own, the message that found out included, and is not asked again at once.
+    #[tokio::test]
+    async fn replication_to_a_peer_without_sessions_goes_as_calls() {
+        use super::{MessageKind, PeerRouter, TcpConnector};
+        use crate::session::stub;
+        use tributary_types::GroupId;
+        let peer = stub::Peer::default();
+        peer.mode.store(stub::UNIMPLEMENTED, Ordering::SeqCst);
+        let (addr, _cutter) = stub::serve(peer.clone()).await;
+        let router = PeerRouter::new(1, TcpConnector);
+        router.set_address(2, &addr);
+        for value in [5u64, 6, 7] {
+            let reply: u64 = router
+                .call(
+                    2,
+                    GroupId::from_u64(9),
+                    MessageKind::AppendEntries,
+                    &value,
+                    Duration::from_secs(30),
+                    Batching::Alone,
+                )
+                .await
+                .unwrap();
+            assert_eq!(reply, value);
+        }
+        assert_eq!(peer.sessions.load(Ordering::SeqCst), 1);
+        assert_eq!(peer.calls.load(Ordering::SeqCst), 3);
     }
 }

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
 use openraft::storage::RaftStateMachine;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 use tributary_proto::peer::raft_peer_server::{RaftPeer, RaftPeerServer};
 use tributary_proto::peer::{
-    GroupBatch, GroupBatchReply, GroupMessage, GroupReply, IndexedReply, MessageKind, group_reply,
+    GroupBatch, GroupBatchReply, GroupMessage, GroupReply, IndexedReply, MessageKind,
+    SessionMessage, SessionReply, group_reply,
 };
 use tributary_types::{GroupId, SendStage};
 
@@ -38,11 +39,21 @@ impl PeerCaller {
     /// Refuses a request that claims to come from node `claimed` over a connection whose
     /// certificate names another node: a node's certificate speaks for that node only.
     pub fn check_sender<T>(request: &Request<T>, claimed: u64) -> Result<(), Status> {
-        let Some(node) = request
+        Self::check_node(Self::node_of(request), claimed)
+    }
+
+    /// The node the certificate of `request`'s connection names, if it has one.
+    fn node_of<T>(request: &Request<T>) -> Option<u64> {
+        request
             .extensions()
             .get::<PeerCaller>()
             .and_then(|caller| caller.node)
-        else {
+    }
+
+    /// Refuses a message that claims to come from node `claimed` over a connection whose
+    /// certificate names `node`, another node.
+    fn check_node(node: Option<u64>, claimed: u64) -> Result<(), Status> {
+        let Some(node) = node else {
             return Ok(());
         };
         if node == claimed {
@@ -499,6 +510,83 @@ where
             })
             .collect();
         Ok(Response::new(Box::pin(replies)))
+    }
+
+    type SessionStream =
+        std::pin::Pin<Box<dyn futures::Stream<Item = Result<SessionReply, Status>> + Send>>;
+
+    async fn session(
+        &self,
+        request: Request<Streaming<SessionMessage>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
+        let node = PeerCaller::node_of(&request);
+        let (tx, mut rx) = tokio::sync::mpsc::channel(SESSION_REPLIES_QUEUED);
+        tokio::spawn(serve_session(self.clone(), node, request.into_inner(), tx));
+        Ok(Response::new(Box::pin(futures::stream::poll_fn(
+            move |cx| rx.poll_recv(cx),
+        ))))
+    }
+}
+
+/// Replies of a session queued for its stream at most; beyond, its messages wait to be
+/// handled (and then to be read: HTTP/2 flow control holds the sender back).
+const SESSION_REPLIES_QUEUED: usize = 1024;
+/// Messages of one session handled at once at most.
+const SESSION_HANDLING_MAX: usize = 4096;
+
+/// Handles a session's messages as they come, each concurrently with the others, and
+/// queues each reply, tagged with its message's id, as soon as it is ready. Ends when the
+/// sender has ended its stream and every message is answered, or when the connection is
+/// gone.
+async fn serve_session<SM>(
+    service: PeerService<SM>,
+    node: Option<u64>,
+    mut incoming: Streaming<SessionMessage>,
+    replies: tokio::sync::mpsc::Sender<Result<SessionReply, Status>>,
+) where
+    SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
+{
+    use futures::StreamExt;
+    let mut handling = futures::stream::FuturesUnordered::new();
+    let mut reading = true;
+    loop {
+        tokio::select! {
+            next = incoming.next(), if reading && handling.len() < SESSION_HANDLING_MAX => {
+                match next {
+                    Some(Ok(SessionMessage { id, message })) => {
+                        let service = service.clone();
+                        handling.push(async move {
+                            let reply = match message {
+                                Some(message) => {
+                                    match PeerCaller::check_node(node, message.from_node) {
+                                        Ok(()) => service.handle(message).await,
+                                        Err(status) => GroupReply {
+                                            result: Some(group_reply::Result::Error(
+                                                status.message().to_string(),
+                                            )),
+                                        },
+                                    }
+                                }
+                                None => GroupReply {
+                                    result: Some(group_reply::Result::Error(
+                                        "a session message without a message".into(),
+                                    )),
+                                },
+                            };
+                            SessionReply { id, reply: Some(reply) }
+                        });
+                    }
+                    Some(Err(_)) => return,
+                    None => reading = false,
+                }
+            }
+            Some(reply) = handling.next(), if !handling.is_empty() => {
+                if replies.send(Ok(reply)).await.is_err() {
+                    return;
+                }
+            }
+            else => return,
+        }
     }
 }
 

@@ -18,7 +18,9 @@ use tributary_cluster_tests::{
 };
 use tributary_proto::peer::node_status_client::NodeStatusClient;
 use tributary_proto::peer::raft_peer_client::RaftPeerClient;
-use tributary_proto::peer::{GroupMessage, LocalStatusRequest, MessageKind};
+use tributary_proto::peer::{
+    GroupMessage, LocalStatusRequest, MessageKind, SessionMessage, group_reply,
+};
 
 /// How long a node that must not get into the cluster is given to try.
 const JOIN_REFUSED_WAIT: Duration = Duration::from_secs(15);
@@ -467,16 +469,35 @@ async fn nodes_without_a_certificate_from_the_cluster_ca_cannot_join() {
     let channel = tonic::transport::Endpoint::from_shared(format!("https://{peer}"))
         .expect("a valid URL")
         .connect_with_connector_lazy(TlsConnector::new(Arc::new(tls_client(&ca, Some(&cert)))));
-    let error = RaftPeerClient::new(channel)
-        .call(GroupMessage {
-            group: 0,
-            kind: MessageKind::Vote as i32,
-            payload: Vec::new().into(),
-            from_node: 3,
-            to_member: 1,
-        })
+    let impostor = GroupMessage {
+        group: 0,
+        kind: MessageKind::Vote as i32,
+        payload: Vec::new().into(),
+        from_node: 3,
+        to_member: 1,
+    };
+    let error = RaftPeerClient::new(channel.clone())
+        .call(impostor.clone())
         .await
         .unwrap_err();
     assert_eq!(error.code(), tonic::Code::PermissionDenied, "{error:?}");
     assert!(error.message().contains("names node 2"), "{error:?}");
+    // The same message on a session (where replication travels) is answered with the
+    // refusal, under its call id.
+    let mut replies = RaftPeerClient::new(channel)
+        .session(futures::stream::iter([SessionMessage {
+            id: 7,
+            message: Some(impostor),
+        }]))
+        .await
+        .expect("a session")
+        .into_inner();
+    let reply = replies.message().await.unwrap().expect("a reply");
+    assert_eq!(reply.id, 7);
+    match reply.reply.and_then(|reply| reply.result) {
+        Some(group_reply::Result::Error(error)) => {
+            assert!(error.contains("names node 2"), "{error}")
+        }
+        other => panic!("the impostor's message was not refused: {other:?}"),
+    }
 }
