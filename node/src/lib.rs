@@ -412,7 +412,11 @@ impl Node {
             ))
             .initial_stream_window_size(tributary_raft::PEER_STREAM_WINDOW_BYTES)
             .initial_connection_window_size(tributary_raft::PEER_CONNECTION_WINDOW_BYTES)
-            .add_service(PeerService::new(host.clone()).into_server())
+            .add_service(
+                PeerService::new(host.clone())
+                    .ending_sessions_on(shutdown_rx.clone())
+                    .into_server(),
+            )
             .add_service(ClusterServer::new(ClusterService {
                 runtime: runtime.clone(),
             }))

@@ -81,6 +81,9 @@ where
     /// Snapshots being received piece by piece, one per group; the lock is held while a
     /// piece is stored or the snapshot installed, so those never overlap.
     streamed: Arc<Mutex<HashMap<GroupId, Slot>>>,
+    /// Turns true when the node stops: every session peers hold to this port ends then
+    /// (see [`PeerService::ending_sessions_on`]).
+    stop: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 /// Another handle on the same service (a BatchStream's replies outlive the call that
@@ -94,6 +97,7 @@ where
             host: self.host.clone(),
             snapshots: self.snapshots.clone(),
             streamed: self.streamed.clone(),
+            stop: self.stop.clone(),
         }
     }
 }
@@ -129,9 +133,20 @@ where
             host,
             snapshots: Arc::new(Mutex::new(HashMap::new())),
             streamed: Arc::new(Mutex::new(HashMap::new())),
+            stop: None,
         };
         service.reap_idle_transfers();
         service
+    }
+
+    /// Ends every session peers hold to this port once `stop` turns true (the node is
+    /// stopping), and refuses new ones from then on. A session never ends by itself (its
+    /// peer keeps it for the life of the connection), and a server's graceful shutdown
+    /// waits for every open stream: without this, a stopping node would wait for its
+    /// drain timeout and cut them off.
+    pub fn ending_sessions_on(mut self, stop: tokio::sync::watch::Receiver<bool>) -> Self {
+        self.stop = Some(stop);
+        self
     }
 
     /// Abandons the transfers idle for longer than [`TRANSFER_IDLE_MAX`], every few
@@ -519,6 +534,9 @@ where
         &self,
         request: Request<Streaming<SessionMessage>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
+        if self.stop.as_ref().is_some_and(|stop| *stop.borrow()) {
+            return Err(Status::unavailable("this node is stopping"));
+        }
         let node = PeerCaller::node_of(&request);
         let (tx, mut rx) = tokio::sync::mpsc::channel(SESSION_REPLIES_QUEUED);
         tokio::spawn(serve_session(self.clone(), node, request.into_inner(), tx));
@@ -549,8 +567,22 @@ async fn serve_session<SM>(
     use futures::StreamExt;
     let mut handling = futures::stream::FuturesUnordered::new();
     let mut reading = true;
-    loop {
+    let mut stop = service.stop.clone();
+    let stopping = async {
+        match stop.as_mut() {
+            Some(stop) => {
+                let _ = stop.wait_for(|stop| *stop).await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(stopping);
+    // Until the sender has ended its stream and every message is answered.
+    while reading || !handling.is_empty() {
         tokio::select! {
+            // The node is stopping: the stream ends (its peer's calls on it fail, and its
+            // next opens a session elsewhere or finds this node gone).
+            () = &mut stopping => return,
             next = incoming.next(), if reading && handling.len() < SESSION_HANDLING_MAX => {
                 match next {
                     Some(Ok(SessionMessage { id, message })) => {
@@ -585,7 +617,6 @@ async fn serve_session<SM>(
                     return;
                 }
             }
-            else => return,
         }
     }
 }

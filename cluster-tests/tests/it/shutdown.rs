@@ -5,7 +5,9 @@
 use std::time::{Duration, Instant};
 
 use tributary_client::{Client, ConnectOptions, EventData, SendTarget};
-use tributary_cluster_tests::{NodeProcess, TestDir, http_get, root_connection_string};
+use tributary_cluster_tests::{
+    LocalCluster, NodeProcess, TestDir, http_get, root_connection_string,
+};
 
 /// How long a stop may take: far below the 5 s a shard still in use would cost.
 const STOP_WITHIN: Duration = Duration::from_secs(2);
@@ -84,6 +86,66 @@ async fn sigterm_with_authorization_on_stops_at_once_and_closes_every_shard() {
         assert_eq!(
             properties.last_enqueued_sequence_number, 9,
             "partition {partition} keeps its ten events"
+        );
+    }
+}
+
+/// A node of a cluster stops as quickly: its peers hold replication sessions open to its
+/// peer port (one long-lived stream each), and its shutdown ends them instead of waiting
+/// for them (a graceful shutdown waits for every open stream until its drain timeout).
+#[tokio::test]
+async fn sigterm_stops_a_node_with_replication_sessions_into_it_at_once() {
+    let dir = TestDir::new("shutdown_sessions");
+    let mut cluster = LocalCluster::start(dir.path(), 3).await;
+    let client = Client::connect(&cluster.endpoints()[0]).await.unwrap();
+    client
+        .create_replicated_event_hub("replicated", 6, None, Some(3))
+        .await
+        .unwrap();
+    for i in 0..30 {
+        client
+            .producer()
+            .send(
+                "replicated",
+                SendTarget::PartitionId((i % 6).to_string()),
+                [EventData::from_body(format!("event {i}"))],
+            )
+            .await
+            .unwrap();
+    }
+    // The node to stop follows a partition led elsewhere: its leader's node holds a session
+    // to it.
+    let mut leaders = Vec::new();
+    for partition in 0..6 {
+        leaders.push(
+            cluster
+                .partition_leader("replicated", &partition.to_string())
+                .await,
+        );
+    }
+    let leader = leaders[0];
+    let stopped = (0..3).find(|n| *n != leader).expect("three nodes");
+    let sessions = http_get(cluster.nodes[leader].http_addr(), "/metrics")
+        .await
+        .unwrap();
+    assert!(
+        counter(&sessions.body, "tributary_peer_sessions_opened_total").is_some_and(|n| n > 0),
+        "the leader opened no replication session"
+    );
+    let node = &mut cluster.nodes[stopped];
+    let started = Instant::now();
+    let status = node.terminate().await;
+    let took = started.elapsed();
+    let log = std::fs::read_to_string(node.log_path()).unwrap();
+    assert_eq!(status.code(), Some(0), "{status}; log:\n{log}");
+    assert!(
+        took < STOP_WITHIN,
+        "SIGTERM took {took:?} to stop the node; log:\n{log}"
+    );
+    for unclean in ["cut off", "still in use"] {
+        assert!(
+            !log.contains(unclean),
+            "the stop was not clean ({unclean}); log:\n{log}"
         );
     }
 }

@@ -28,6 +28,8 @@ struct Peer {
     shard: Shard,
     server: tokio::task::JoinHandle<()>,
     progress: tokio::sync::watch::Receiver<Progress>,
+    /// Stops the peer server gracefully, as a stopping node does.
+    stop: tokio::sync::watch::Sender<bool>,
 }
 
 async fn start_peer(
@@ -46,12 +48,18 @@ async fn start_peer(
         router.set_address(node.0, addr);
     }
     let host = GroupHost::new(id, router);
+    let (stop, stopping) = tokio::sync::watch::channel(false);
     let server = tokio::spawn({
-        let service = PeerService::new(host.clone()).into_server();
+        let service = PeerService::new(host.clone())
+            .ending_sessions_on(stopping.clone())
+            .into_server();
+        let mut stopping = stopping;
         async move {
             tonic::transport::Server::builder()
                 .add_service(service)
-                .serve_with_incoming(TcpListenerStream::new(listener))
+                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+                    let _ = stopping.wait_for(|stop| *stop).await;
+                })
                 .await
                 .unwrap();
         }
@@ -67,6 +75,7 @@ async fn start_peer(
         shard,
         server,
         progress,
+        stop,
     }
 }
 
@@ -188,4 +197,45 @@ async fn three_replicas_agree_and_survive_losing_the_leader() {
         peers[0].shard.log_entries(GROUP, 0, 1000).unwrap(),
         peers[1].shard.log_entries(GROUP, 0, 1000).unwrap()
     );
+}
+
+/// A peer server stopping gracefully (a node shutting down) ends the sessions its peers'
+/// replication holds open to it: a graceful shutdown waits for every open stream, and a
+/// session never ends by itself. The others go on committing without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_peer_server_ends_the_sessions_held_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut listeners = Vec::new();
+    let mut members = BTreeMap::new();
+    for id in 1..=3u64 {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        members.insert(NodeId(id), listener.local_addr().unwrap().to_string());
+        listeners.push(listener);
+    }
+    let mut peers = Vec::new();
+    for (i, listener) in listeners.into_iter().enumerate() {
+        peers.push(start_peer(NodeId(i as u64 + 1), &dir, listener, &members).await);
+    }
+    let live: Vec<&Peer> = peers.iter().collect();
+    let mut next = 0;
+    for round in 0..5 {
+        write(&live, batch(&format!("r{round}"), 2)).await;
+        next += 2;
+    }
+    for peer in &peers {
+        wait_applied(peer, next).await;
+    }
+    // The followers hold the leader's sessions (its replication reached both).
+    let leader = *leader_of(&live).await.node_id();
+    let index = peers.iter().position(|p| p.id.0 != leader).unwrap();
+    let follower = peers.remove(index);
+    follower.stop.send_replace(true);
+    tokio::time::timeout(Duration::from_secs(10), follower.server)
+        .await
+        .expect("the peer server's graceful shutdown waited for sessions held to it")
+        .unwrap();
+    follower.host.stop_all().await;
+    let survivors: Vec<&Peer> = peers.iter().collect();
+    let outcome = write(&survivors, batch("after", 2)).await;
+    assert_eq!(outcome.first_sequence, next);
 }
