@@ -172,6 +172,11 @@ pub fn metrics_handle() -> PrometheusHandle {
                 "Log bytes each rebuild carries in all (group, peer, direction)"
             );
             metrics::describe_counter!(
+                "tributary_peer_sessions_opened_total",
+                "Replication sessions (one long-lived stream to a peer node) opened, the \
+                 first to each peer and every one after a failure"
+            );
+            metrics::describe_counter!(
                 "tributary_peer_batches_total",
                 "Coalesced batches of Raft messages (heartbeats) sent to peers"
             );
