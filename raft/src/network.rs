@@ -1126,44 +1126,57 @@ mod tests {
         assert_eq!(append_timeout(&long, Batching::Alone), long.soft_ttl());
     }
 
+    /// A router to node 2, a stand-in peer serving there as `peer` says.
+    async fn router_to(peer: &crate::session::stub::Peer) -> super::PeerRouter {
+        // Dropping the cutter leaves the proxy's connections up.
+        let (addr, _) = crate::session::stub::serve(peer.clone()).await;
+        let router = super::PeerRouter::new(1, super::TcpConnector);
+        router.set_address(2, &addr);
+        router
+    }
+
+    /// Sends `value` to node 2 alone (not batched) as a message of `kind`; its reply.
+    async fn send<T>(router: &super::PeerRouter, kind: super::MessageKind, value: &T) -> T
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned,
+    {
+        router
+            .call(
+                2,
+                tributary_types::GroupId::from_u64(9),
+                kind,
+                value,
+                Duration::from_secs(30),
+                Batching::Alone,
+            )
+            .await
+            .unwrap()
+    }
+
     /// Replication goes on the peer's session, but a snapshot piece or a message larger
     /// than [`super::SESSION_MESSAGE_BYTES_MAX`] goes as a call of its own.
     #[tokio::test]
     async fn replication_goes_on_the_session_and_large_messages_alone() {
-        use super::{MessageKind, PeerRouter, SESSION_MESSAGE_BYTES_MAX, TcpConnector};
-        use crate::session::stub;
-        use tributary_types::GroupId;
-        let peer = stub::Peer::default();
-        let (addr, _cutter) = stub::serve(peer.clone()).await;
-        let router = PeerRouter::new(1, TcpConnector);
-        router.set_address(2, &addr);
-        let call = |kind, value: Vec<u8>| {
-            let router = router.clone();
-            async move {
-                let reply: Vec<u8> = router
-                    .call(
-                        2,
-                        GroupId::from_u64(9),
-                        kind,
-                        &value,
-                        Duration::from_secs(30),
-                        Batching::Alone,
-                    )
-                    .await
-                    .unwrap();
-                assert_eq!(reply, value);
-            }
-        };
-        call(MessageKind::AppendEntries, vec![1, 2, 3]).await;
-        call(MessageKind::TransferLeader, vec![4]).await;
+        use super::{MessageKind, SESSION_MESSAGE_BYTES_MAX};
+        let peer = crate::session::stub::Peer::default();
+        let router = router_to(&peer).await;
+        for (kind, value) in [
+            (MessageKind::AppendEntries, vec![1, 2, 3]),
+            (MessageKind::TransferLeader, vec![4]),
+        ] {
+            assert_eq!(send(&router, kind, &value).await, value);
+        }
         assert_eq!(peer.session_messages.load(Ordering::SeqCst), 2);
         assert_eq!(peer.calls.load(Ordering::SeqCst), 0);
-        call(MessageKind::SnapshotPiece, vec![5]).await;
-        call(
-            MessageKind::AppendEntries,
-            vec![6; SESSION_MESSAGE_BYTES_MAX + 1],
-        )
-        .await;
+        for (kind, value) in [
+            (MessageKind::SnapshotPiece, vec![5]),
+            (
+                MessageKind::AppendEntries,
+                vec![6; SESSION_MESSAGE_BYTES_MAX + 1],
+            ),
+        ] {
+            assert_eq!(send(&router, kind, &value).await, value);
+        }
         assert_eq!(peer.session_messages.load(Ordering::SeqCst), 2);
         assert_eq!(peer.calls.load(Ordering::SeqCst), 2);
         assert_eq!(peer.sessions.load(Ordering::SeqCst), 1);
@@ -1173,27 +1186,15 @@ mod tests {
     /// their own, the message that found out included, and is not asked again at once.
     #[tokio::test]
     async fn replication_to_a_peer_without_sessions_goes_as_calls() {
-        use super::{MessageKind, PeerRouter, TcpConnector};
-        use crate::session::stub;
-        use tributary_types::GroupId;
-        let peer = stub::Peer::default();
-        peer.mode.store(stub::UNIMPLEMENTED, Ordering::SeqCst);
-        let (addr, _cutter) = stub::serve(peer.clone()).await;
-        let router = PeerRouter::new(1, TcpConnector);
-        router.set_address(2, &addr);
+        let peer = crate::session::stub::Peer::default();
+        peer.mode
+            .store(crate::session::stub::UNIMPLEMENTED, Ordering::SeqCst);
+        let router = router_to(&peer).await;
         for value in [5u64, 6, 7] {
-            let reply: u64 = router
-                .call(
-                    2,
-                    GroupId::from_u64(9),
-                    MessageKind::AppendEntries,
-                    &value,
-                    Duration::from_secs(30),
-                    Batching::Alone,
-                )
-                .await
-                .unwrap();
-            assert_eq!(reply, value);
+            assert_eq!(
+                send(&router, super::MessageKind::AppendEntries, &value).await,
+                value
+            );
         }
         assert_eq!(peer.sessions.load(Ordering::SeqCst), 1);
         assert_eq!(peer.calls.load(Ordering::SeqCst), 3);

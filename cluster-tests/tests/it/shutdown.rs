@@ -50,19 +50,7 @@ async fn sigterm_with_authorization_on_stops_at_once_and_closes_every_shard() {
             .unwrap();
     }
 
-    let started = Instant::now();
-    let status = node.terminate().await;
-    let took = started.elapsed();
-    let log = std::fs::read_to_string(node.log_path()).unwrap();
-    assert_eq!(status.code(), Some(0), "{status}; log:\n{log}");
-    assert!(
-        took < STOP_WITHIN,
-        "SIGTERM took {took:?} to stop the node; log:\n{log}"
-    );
-    assert!(
-        !log.contains("still in use"),
-        "a storage shard was still in use at shutdown; log:\n{log}"
-    );
+    terminates_cleanly(&mut node).await;
 
     node.restart().await;
     let metrics = http_get(node.http_addr(), "/metrics").await.unwrap();
@@ -132,7 +120,12 @@ async fn sigterm_stops_a_node_with_replication_sessions_into_it_at_once() {
         counter(&sessions.body, "tributary_peer_sessions_opened_total").is_some_and(|n| n > 0),
         "the leader opened no replication session"
     );
-    let node = &mut cluster.nodes[stopped];
+    terminates_cleanly(&mut cluster.nodes[stopped]).await;
+}
+
+/// SIGTERM stops `node` with exit code 0 within [`STOP_WITHIN`], with no call cut off at
+/// the drain timeout and every storage shard closed.
+async fn terminates_cleanly(node: &mut NodeProcess) {
     let started = Instant::now();
     let status = node.terminate().await;
     let took = started.elapsed();
@@ -142,11 +135,14 @@ async fn sigterm_stops_a_node_with_replication_sessions_into_it_at_once() {
         took < STOP_WITHIN,
         "SIGTERM took {took:?} to stop the node; log:\n{log}"
     );
-    for unclean in ["cut off", "still in use"] {
-        assert!(
-            !log.contains(unclean),
-            "the stop was not clean ({unclean}); log:\n{log}"
-        );
+    for (unclean, what) in [
+        ("cut off", "calls were cut off at the drain timeout"),
+        (
+            "still in use",
+            "a storage shard was still in use at shutdown",
+        ),
+    ] {
+        assert!(!log.contains(unclean), "{what}; log:\n{log}");
     }
 }
 

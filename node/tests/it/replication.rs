@@ -147,9 +147,8 @@ async fn wait_applied(peer: &Peer, next_sequence: i64) {
     .unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_replicas_agree_and_survive_losing_the_leader() {
-    let dir = tempfile::tempdir().unwrap();
+/// Three peers on loopback ports, nodes 1 to 3, each serving its peer port.
+async fn start_three(dir: &TempDir) -> Vec<Peer> {
     let mut listeners = Vec::new();
     let mut members = BTreeMap::new();
     for id in 1..=3u64 {
@@ -159,8 +158,15 @@ async fn three_replicas_agree_and_survive_losing_the_leader() {
     }
     let mut peers = Vec::new();
     for (i, listener) in listeners.into_iter().enumerate() {
-        peers.push(start_peer(NodeId(i as u64 + 1), &dir, listener, &members).await);
+        peers.push(start_peer(NodeId(i as u64 + 1), dir, listener, &members).await);
     }
+    peers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_agree_and_survive_losing_the_leader() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut peers = start_three(&dir).await;
 
     let live: Vec<&Peer> = peers.iter().collect();
     let mut next = 0;
@@ -205,17 +211,7 @@ async fn three_replicas_agree_and_survive_losing_the_leader() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopping_peer_server_ends_the_sessions_held_to_it() {
     let dir = tempfile::tempdir().unwrap();
-    let mut listeners = Vec::new();
-    let mut members = BTreeMap::new();
-    for id in 1..=3u64 {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        members.insert(NodeId(id), listener.local_addr().unwrap().to_string());
-        listeners.push(listener);
-    }
-    let mut peers = Vec::new();
-    for (i, listener) in listeners.into_iter().enumerate() {
-        peers.push(start_peer(NodeId(i as u64 + 1), &dir, listener, &members).await);
-    }
+    let mut peers = start_three(&dir).await;
     let live: Vec<&Peer> = peers.iter().collect();
     let mut next = 0;
     for round in 0..5 {
