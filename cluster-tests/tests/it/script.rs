@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tributary_client::{Client, EventData, EventPosition, SendTarget};
 use tributary_cluster_tests::{TestDir, binary_path, free_port, workspace_dir};
 
@@ -35,14 +35,16 @@ fn free_base_port() -> u16 {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_local_script_starts_three_nodes() {
-    let dir = TestDir::new("cluster-script");
+/// Starts `scripts/cluster-local` on free ports with its data in `dir`: the script and its
+/// base port once it says the cluster is ready, or `Err` with the script's output when a
+/// node exited because one of its ports was taken (another test bound it between
+/// [`free_base_port`]'s check and the node's bind; the caller tries other ports).
+async fn start_script(dir: &std::path::Path) -> Result<(tokio::process::Child, u16), String> {
     let base = free_base_port();
     let mut script = tokio::process::Command::new("bash")
         .arg(workspace_dir().join("scripts/cluster-local"))
         .env("TRIBUTARY_BIN", binary_path())
-        .env("CLUSTER_DIR", dir.path())
+        .env("CLUSTER_DIR", dir)
         .env("BASE_PORT", base.to_string())
         .env("AMQP_BASE_PORT", (base + 3).to_string())
         .env("BLOB_BASE_PORT", (base + 6).to_string())
@@ -50,7 +52,7 @@ async fn cluster_local_script_starts_three_nodes() {
         // ports (base + 10 (N - 1) + 0..2), never on the AMQP and Blob ones.
         .env("KAFKA_BASE_PORT", (base + 9).to_string())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
@@ -65,8 +67,43 @@ async fn cluster_local_script_starts_three_nodes() {
         false
     })
     .await
-    .expect("the cluster gets ready");
-    assert!(ready, "the script ended before the cluster was ready");
+    .expect("the cluster gets ready, or the script ends saying why not");
+    if ready {
+        // What the script says later (as it stops) is read on, or its writes would fail.
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                println!("script: {line}");
+            }
+        });
+        return Ok((script, base));
+    }
+    let mut errors = String::new();
+    script
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut errors)
+        .await
+        .unwrap();
+    assert!(
+        errors.contains("Address already in use"),
+        "the script ended before the cluster was ready: {errors}"
+    );
+    Err(errors)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_local_script_starts_three_nodes() {
+    let dir = TestDir::new("cluster-script");
+    let mut attempts = 0;
+    let (mut script, base) = loop {
+        attempts += 1;
+        match start_script(&dir.path().join(format!("attempt-{attempts}"))).await {
+            Ok(started) => break started,
+            Err(errors) if attempts < 3 => println!("a port was taken; again: {errors}"),
+            Err(errors) => panic!("three starts found a port taken: {errors}"),
+        }
+    };
 
     let client = Client::connect(&format!("http://127.0.0.1:{base}"))
         .await
