@@ -25,7 +25,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::transport::{Channel, Endpoint};
 use tributary_proto::peer::raft_peer_client::RaftPeerClient;
-use tributary_proto::peer::{GroupBatch, GroupMessage, MessageKind, group_reply};
+use tributary_proto::peer::{GroupBatch, GroupMessage, GroupReply, MessageKind, group_reply};
 use tributary_types::{GroupId, SendStage};
 
 use crate::coalesce::{COALESCE_WINDOW, Coalescer};
@@ -391,26 +391,8 @@ impl PeerRouter {
                 Batching::Heartbeats => Some(coalescers.heartbeats),
                 Batching::Elections => Some(coalescers.elections),
             };
-            let on_session = coalescer.is_none()
-                && !matches!(
-                    kind,
-                    MessageKind::SnapshotChunk | MessageKind::SnapshotPiece
-                )
-                && message.payload.len() <= SESSION_MESSAGE_BYTES_MAX;
-            let session_reply = if on_session {
-                match coalescers.session.call(message.clone(), timeout).await {
-                    Ok(reply) => Some(reply),
-                    // A peer of an earlier release: the message goes as a call of its own.
-                    Err(SessionError::Unsupported) => None,
-                    Err(SessionError::Failed(error)) => return Err(unreachable(error)),
-                }
-            } else {
-                None
-            };
-            let reply = if let Some(reply) = session_reply {
-                reply
-            } else if let Some(coalescer) = coalescer {
-                tokio::time::timeout(timeout, coalescer.call(message))
+            let reply = match coalescer {
+                Some(coalescer) => tokio::time::timeout(timeout, coalescer.call(message))
                     .await
                     .map_err(|_| {
                         unreachable(format!(
@@ -418,24 +400,18 @@ impl PeerRouter {
                             crate::describe_member(target)
                         ))
                     })?
-                    .map_err(unreachable)?
-            } else {
-                let mut client = RaftPeerClient::new(channel)
-                    .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
-                    .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);
-                let mut request = tonic::Request::new(message);
-                request.set_timeout(timeout);
-                client
-                    .call(request)
-                    .await
-                    .map_err(|status| {
-                        unreachable(format!(
-                            "{}: {}",
-                            crate::describe_member(target),
-                            status.message()
-                        ))
-                    })?
-                    .into_inner()
+                    .map_err(unreachable)?,
+                None if goes_on_session(kind, &message) => {
+                    match coalescers.session.call(message.clone(), timeout).await {
+                        Ok(reply) => reply,
+                        // A peer of an earlier release: the message goes as a call of its own.
+                        Err(SessionError::Unsupported) => {
+                            call_alone(channel, message, timeout, target).await?
+                        }
+                        Err(SessionError::Failed(error)) => return Err(unreachable(error)),
+                    }
+                }
+                None => call_alone(channel, message, timeout, target).await?,
             };
             match reply.result {
                 Some(group_reply::Result::Payload(bytes)) => decode(&bytes).map_err(unreachable),
@@ -459,6 +435,40 @@ impl PeerRouter {
         }
         result
     }
+}
+
+/// Whether a message sent alone travels on the peer's session: all but snapshot pieces
+/// and messages over [`SESSION_MESSAGE_BYTES_MAX`].
+fn goes_on_session(kind: MessageKind, message: &GroupMessage) -> bool {
+    !matches!(
+        kind,
+        MessageKind::SnapshotChunk | MessageKind::SnapshotPiece
+    ) && message.payload.len() <= SESSION_MESSAGE_BYTES_MAX
+}
+
+/// Sends `message` to `target` as a unary call of its own (`RaftPeer.Call`).
+async fn call_alone(
+    channel: Channel,
+    message: GroupMessage,
+    timeout: Duration,
+    target: u64,
+) -> Result<GroupReply, Unreachable<TypeConfig>> {
+    let mut client = RaftPeerClient::new(channel)
+        .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(timeout);
+    Ok(client
+        .call(request)
+        .await
+        .map_err(|status| {
+            unreachable(format!(
+                "{}: {}",
+                crate::describe_member(target),
+                status.message()
+            ))
+        })?
+        .into_inner())
 }
 
 /// The `kind` label of a failed call of `kind`.

@@ -81,7 +81,8 @@ struct Open {
     /// Set when the session ends: a call that finds it set after queuing its waiter fails
     /// with it (the calls failed at the end may have missed that waiter).
     ended: OnceLock<SessionError>,
-    driver: tokio::task::AbortHandle,
+    /// The task running the stream (set once it is spawned).
+    driver: OnceLock<tokio::task::AbortHandle>,
 }
 
 impl Open {
@@ -175,20 +176,20 @@ impl Session {
             State::Unsupported(_) | State::Closed => {}
         }
         let (tx, rx) = mpsc::channel(SESSION_QUEUE_MAX);
-        let (open_tx, open_rx) = oneshot::channel::<Arc<Open>>();
-        let inner = Arc::downgrade(&self.inner);
-        let (channel, target) = (self.inner.channel.clone(), self.inner.target);
-        let driver = tokio::spawn(async move {
-            let Ok(open) = open_rx.await else { return };
-            drive(inner, channel, target, open, rx).await;
-        });
         let open = Arc::new(Open {
             pending: Mutex::new(HashMap::new()),
             replies: AtomicU64::new(0),
             ended: OnceLock::new(),
-            driver: driver.abort_handle(),
+            driver: OnceLock::new(),
         });
-        let _ = open_tx.send(open.clone());
+        let driver = tokio::spawn(drive(
+            Arc::downgrade(&self.inner),
+            self.inner.channel.clone(),
+            self.inner.target,
+            open.clone(),
+            rx,
+        ));
+        let _ = open.driver.set(driver.abort_handle());
         metrics::counter!("tributary_peer_sessions_opened_total").increment(1);
         *state = State::Open(open.clone(), tx.clone());
         Ok((open, tx))
@@ -196,8 +197,10 @@ impl Session {
 
     /// Closes `open` if it is still this peer's session, failing the calls it holds.
     fn close(&self, open: &Arc<Open>, why: &str) {
-        close(&self.inner, open, State::Closed);
-        open.driver.abort();
+        replace_if_current(&self.inner, open, State::Closed);
+        if let Some(driver) = open.driver.get() {
+            driver.abort();
+        }
         open.fail_all(&SessionError::Failed(
             self.describe(&format!("session closed: {why}")),
         ));
@@ -205,7 +208,7 @@ impl Session {
 }
 
 /// Replaces `open` with `next` if `open` is still the session of `inner`.
-fn close(inner: &Inner, open: &Arc<Open>, next: State) {
+fn replace_if_current(inner: &Inner, open: &Arc<Open>, next: State) {
     let mut state = inner.state.lock().expect("session state lock");
     if matches!(&*state, State::Open(current, _) if Arc::ptr_eq(current, open)) {
         *state = next;
@@ -214,8 +217,8 @@ fn close(inner: &Inner, open: &Arc<Open>, next: State) {
 
 /// Runs one session: streams its queue to the peer and hands each reply to its call.
 /// When the session ends, every call still waiting fails (or, if the peer does not know
-/// sessions, is told to go as a `Call`).
-/// Holds the session only weakly: dropped, its queue's sender goes, and the stream ends.
+/// sessions, is told to go as a `Call`). Holds the session only weakly: once the session
+/// is dropped, its queue's sender goes with it and the stream ends.
 async fn drive(
     inner: Weak<Inner>,
     channel: Channel,
@@ -236,7 +239,7 @@ async fn drive(
                  unary calls"
             );
             if let Some(inner) = inner.upgrade() {
-                close(&inner, &open, State::Unsupported(Instant::now()));
+                replace_if_current(&inner, &open, State::Unsupported(Instant::now()));
             }
             SessionError::Unsupported
         }
@@ -260,7 +263,7 @@ async fn drive(
         }
     };
     if let Some(inner) = inner.upgrade() {
-        close(&inner, &open, State::Closed);
+        replace_if_current(&inner, &open, State::Closed);
     }
     open.fail_all(&error);
 }
