@@ -87,6 +87,11 @@ impl Authorizer {
             source: Some(Arc::new(source)),
         }
     }
+
+    /// The token calls carry now (`None` without a credential).
+    pub(crate) fn token(&self) -> Option<String> {
+        self.source.as_ref().map(|source| source.token())
+    }
 }
 
 /// Never shows the credential.
@@ -104,8 +109,8 @@ impl tonic::service::Interceptor for Authorizer {
         &mut self,
         mut request: tonic::Request<()>,
     ) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(source) = &self.source {
-            let value = MetadataValue::try_from(source.token()).map_err(|_| {
+        if let Some(token) = self.token() {
+            let value = MetadataValue::try_from(token).map_err(|_| {
                 tonic::Status::invalid_argument(
                     "the shared access signature has characters that cannot go in a header",
                 )

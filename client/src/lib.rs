@@ -40,6 +40,7 @@ mod position;
 pub mod processor;
 mod producer;
 mod routing;
+mod send_session;
 mod time;
 pub mod tls;
 

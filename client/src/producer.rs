@@ -4,7 +4,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use tributary_proto::v1 as proto;
-use tributary_proto::v1::producer_client::ProducerClient as ProducerStub;
 use tributary_proto::v1::send_request::Target;
 
 use crate::ClientError;
@@ -85,15 +84,10 @@ impl ProducerClient {
             _ => None,
         };
         self.routing
-            .call(key, |channel, endpoint| {
+            .call(key, |_, endpoint| {
                 let request = request.clone();
-                async move {
-                    ProducerStub::new(channel)
-                        .send(request)
-                        .await
-                        .map(tonic::Response::into_inner)
-                        .map_err(|status| ClientError::from_status(status, &endpoint))
-                }
+                let session = self.routing.send_session(&endpoint);
+                async move { session?.send(request).await }
             })
             .await
     }

@@ -12,6 +12,7 @@ use tributary_proto::v1::ErrorReason;
 
 use crate::ClientError;
 use crate::credential::Authorizer;
+use crate::send_session::SendSession;
 
 /// A connection to a node whose calls carry the client's credential, if it has one.
 pub(crate) type Channel = InterceptedService<tonic::transport::Channel, Authorizer>;
@@ -36,6 +37,8 @@ struct Inner {
     tls: Tls,
     retry_deadline: Duration,
     channels: Mutex<HashMap<Arc<str>, Channel>>,
+    /// The send session to each node sends went to (at most [`CHANNELS_MAX`]).
+    send_sessions: Mutex<HashMap<Arc<str>, Arc<SendSession>>>,
     leaders: Mutex<HashMap<PartitionKey, Arc<str>>>,
 }
 
@@ -107,6 +110,7 @@ impl Routing {
                 tls,
                 retry_deadline,
                 channels: Mutex::new(channels),
+                send_sessions: Mutex::new(HashMap::new()),
                 leaders: Mutex::new(HashMap::new()),
             }),
         }
@@ -187,6 +191,29 @@ impl Routing {
         let channel = make_channel(endpoint, &self.inner.authorizer, &self.inner.tls)?;
         channels.insert(endpoint.clone(), channel.clone());
         Ok(channel)
+    }
+
+    /// The send session to `endpoint` (opened on its first send).
+    pub(crate) fn send_session(
+        &self,
+        endpoint: &Arc<str>,
+    ) -> Result<Arc<SendSession>, ClientError> {
+        let channel = self.channel(endpoint)?;
+        let mut sessions = self.inner.send_sessions.lock().expect("send sessions lock");
+        if let Some(session) = sessions.get(endpoint) {
+            return Ok(session.clone());
+        }
+        if sessions.len() >= CHANNELS_MAX {
+            let base = self.inner.base.clone();
+            sessions.retain(|e, _| *e == base);
+        }
+        let session = Arc::new(SendSession::new(
+            endpoint.clone(),
+            channel,
+            self.inner.authorizer.clone(),
+        ));
+        sessions.insert(endpoint.clone(), session.clone());
+        Ok(session)
     }
 
     /// Runs `call` against the partition's leader (or the first node), following hints and

@@ -130,7 +130,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub max_connections: Option<usize>,
     /// Most concurrent calls (streams) on one connection, announced to clients in HTTP/2's
-    /// settings: a client's further calls wait for one to end.
+    /// settings: a client's further calls wait for one to end. Also the most sends of one
+    /// send stream handled at once (further ones wait to be read).
     /// [env: TRIBUTARY_MAX_STREAMS_PER_CONNECTION] [default: 1000]
     #[arg(long)]
     pub max_streams_per_connection: Option<u32>,

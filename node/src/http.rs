@@ -177,6 +177,11 @@ pub fn metrics_handle() -> PrometheusHandle {
                  first to each peer and every one after a failure"
             );
             metrics::describe_counter!(
+                "tributary_send_streams_opened_total",
+                "Send streams (Producer.SendStream: a client's sends to this node on one \
+                 long-lived stream) opened by clients"
+            );
+            metrics::describe_counter!(
                 "tributary_peer_batches_total",
                 "Coalesced batches of Raft messages (heartbeats) sent to peers"
             );

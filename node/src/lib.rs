@@ -598,9 +598,9 @@ impl Node {
                 }
             });
         }
-        let api = GrpcApi {
-            service: service.clone(),
-        };
+        let api = GrpcApi::new(service.clone())
+            .stopping_on(shutdown_rx.clone())
+            .with_stream_sends_max(connections.max_streams_per_connection as usize);
         let request_bytes_max = config.publish_bytes_max * 2 + REQUEST_OVERHEAD_BYTES;
         let server = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(keepalive))

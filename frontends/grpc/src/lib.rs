@@ -24,10 +24,52 @@ pub fn credential<T>(request: &Request<T>) -> Credential {
     }
 }
 
+/// Requests of one send stream handled at once by default; beyond, the server stops
+/// reading the stream until one is answered.
+pub const STREAM_SENDS_MAX_DEFAULT: usize = 1000;
+
 /// Every service of the client port, over one broker [`Service`].
 #[derive(Clone)]
 pub struct GrpcApi {
     pub service: Service,
+    /// Set to `true` when the node stops: send streams stop reading, answer what they
+    /// read and end. `None`: never.
+    pub stop: Option<tokio::sync::watch::Receiver<bool>>,
+    /// Requests of one send stream handled at once, at most.
+    pub stream_sends_max: usize,
+}
+
+impl GrpcApi {
+    /// The API over `service`, its send streams never told to stop.
+    pub fn new(service: Service) -> Self {
+        GrpcApi {
+            service,
+            stop: None,
+            stream_sends_max: STREAM_SENDS_MAX_DEFAULT,
+        }
+    }
+
+    /// Ends send streams when `stop` turns `true` (or its sender is dropped).
+    pub fn stopping_on(mut self, stop: tokio::sync::watch::Receiver<bool>) -> Self {
+        self.stop = Some(stop);
+        self
+    }
+
+    /// Handles at most `max` requests of one send stream at once.
+    pub fn with_stream_sends_max(mut self, max: usize) -> Self {
+        self.stream_sends_max = max.max(1);
+        self
+    }
+
+    /// Resolves when the node stops (never without a stop signal).
+    async fn stopped(&self) {
+        match self.stop.clone() {
+            Some(mut stop) => {
+                let _ = stop.wait_for(|stop| *stop).await;
+            }
+            None => std::future::pending().await,
+        }
+    }
 }
 
 #[cfg(test)]

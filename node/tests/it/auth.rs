@@ -518,6 +518,30 @@ async fn every_rpc_needs_a_token() {
         "Send",
         pb::producer_client::ProducerClient::new(channel.clone()).send(pb::SendRequest::default())
     );
+    // A send stream opens without a token; each request on it is refused.
+    expect_refused!("Producer", "SendStream", async {
+        let request = pb::SendStreamRequest {
+            id: 7,
+            request: Some(pb::SendRequest {
+                event_hub: "a".into(),
+                events: vec![pb::EventData::default()],
+                ..Default::default()
+            }),
+        };
+        let mut replies = pb::producer_client::ProducerClient::new(channel.clone())
+            .send_stream(futures::stream::iter([request]))
+            .await?
+            .into_inner();
+        let reply = replies.message().await?.expect("a reply to the request");
+        assert_eq!(reply.id, 7);
+        match reply.result {
+            Some(pb::send_stream_reply::Result::Error(error)) => Err(tonic::Status::new(
+                tonic::Code::from_i32(error.code),
+                error.message,
+            )),
+            other => Ok(other),
+        }
+    });
     expect_refused!(
         "Consumer",
         "Receive",

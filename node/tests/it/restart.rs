@@ -93,3 +93,24 @@ async fn shutdown_ends_open_readers_with_a_retryable_error() {
     );
     assert!(err.to_string().contains("shutting down"), "{err}");
 }
+
+/// A client's sends stay on one open stream between sends. A stopping node ends those
+/// streams itself: an idle one does not hold its shutdown until the drain time (5 s) runs
+/// out and cuts it off, and a client sending again finds the node gone, not a stream that
+/// never answers.
+#[tokio::test]
+async fn a_stopping_node_ends_the_send_streams_held_to_it() {
+    let mut node = TestNode::start().await;
+    node.client
+        .create_event_hub("streams", 1, None)
+        .await
+        .unwrap();
+    node.send("streams", "0", &["one"]).await;
+    let started = std::time::Instant::now();
+    node.node.take().unwrap().shutdown().await.unwrap();
+    let took = started.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(3),
+        "shutdown took {took:?} with a send stream open"
+    );
+}
