@@ -21,7 +21,7 @@ mod types;
 
 pub use coalesce::{BATCH_MESSAGES_MAX, COALESCE_WINDOW, Coalescer};
 pub use host::{GroupHost, HostError};
-pub use log_store::{LogStore, decode, decode_entry, encode, encode_entry};
+pub use log_store::{LogStore, decode, decode_entry, decode_entry_shared, encode, encode_entry};
 pub use member::{NODE_ID_MAX, describe_member, member_id, member_incarnation, member_node};
 pub use membership::{PROMOTE_LAG_MAX, VoterChange, reconcile_voters, transfer_leadership};
 pub use network::{

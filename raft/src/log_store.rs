@@ -467,6 +467,11 @@ pub fn decode_entry(bytes: &[u8]) -> io::Result<EntryOf<TypeConfig>> {
     decode(bytes)
 }
 
+/// [`decode_entry`], with the entry's events sharing `bytes`' buffer instead of copied.
+pub fn decode_entry_shared(bytes: &Bytes) -> io::Result<EntryOf<TypeConfig>> {
+    Ok(format::decode_shared(bytes)?)
+}
+
 /// Encodes a Raft entry the way the log store stores it.
 pub fn encode_entry(entry: &EntryOf<TypeConfig>) -> io::Result<Bytes> {
     encode(entry)

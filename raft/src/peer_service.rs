@@ -440,7 +440,9 @@ where
     let text = |e: &dyn std::fmt::Display| e.to_string();
     match kind {
         MessageKind::AppendEntries => {
-            let req: AppendEntriesRequest<TypeConfig> = decode(bytes).map_err(|e| text(&e))?;
+            // The entries' events stay in the message's buffer (no copy).
+            let req: AppendEntriesRequest<TypeConfig> =
+                tributary_types::format::decode_shared(bytes).map_err(|e| text(&e))?;
             // A partition's entries: the follower's part of their replication is timed.
             let timed = (!req.entries.is_empty() && message.group != GroupId::CONTROLLER.to_u64())
                 .then(Instant::now);

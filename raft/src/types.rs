@@ -13,6 +13,7 @@ pub struct AppendBatch {
     pub enqueued_time_ms: i64,
     pub event_count: u32,
     /// The encoded events (see the node's event codec).
+    #[serde(deserialize_with = "tributary_types::format::shared_bytes::deserialize")]
     pub events: Bytes,
     /// Set by idempotent producers: the batch is applied once per (producer, sequence).
     pub producer: Option<ProducerStamp>,

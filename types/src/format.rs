@@ -184,6 +184,96 @@ pub fn decode_payload<T: DeserializeOwned>(payload: &[u8]) -> Result<T, FormatEr
     postcard::from_bytes(payload).map_err(|e| FormatError::Postcard(e.to_string()))
 }
 
+/// [`decode`], with the value's [`shared_bytes`] fields sharing `bytes`' buffer instead of
+/// copied out of it (a follower's replicated entries, events read back: their payloads
+/// are most of their bytes). The decoded value keeps the buffer alive while it lives.
+pub fn decode_shared<T: DeserializeOwned>(bytes: &bytes::Bytes) -> Result<T, FormatError> {
+    shared_bytes::with_source(bytes, || decode(bytes))
+}
+
+/// [`decode_payload`] with [`shared_bytes`] fields sharing `source` (which holds `payload`).
+pub fn decode_payload_shared<T: DeserializeOwned>(
+    source: &bytes::Bytes,
+    payload: &[u8],
+) -> Result<T, FormatError> {
+    shared_bytes::with_source(source, || decode_payload(payload))
+}
+
+/// A `Bytes` field's deserializer (`#[serde(deserialize_with = ...)]`): the same bytes as
+/// `Bytes`' own, but while [`decode_shared`] runs on this thread, a field whose bytes lie in
+/// the buffer being decoded is a slice of it, not a copy. Elsewhere, or from any other
+/// deserializer, the bytes are copied. The encoding is unchanged.
+pub mod shared_bytes {
+    use std::cell::RefCell;
+
+    use bytes::Bytes;
+    use serde::Deserializer;
+    use serde::de::{Error, SeqAccess, Visitor};
+
+    thread_local! {
+        /// The buffer [`super::decode_shared`] is decoding on this thread, if any.
+        static SOURCE: RefCell<Option<Bytes>> = const { RefCell::new(None) };
+    }
+
+    /// Runs `decode` (synchronous: nothing else decodes on this thread meanwhile) with
+    /// `source` as the buffer fields may share; restores what was there before.
+    pub(super) fn with_source<R>(source: &Bytes, decode: impl FnOnce() -> R) -> R {
+        let before = SOURCE.with(|s| s.replace(Some(source.clone())));
+        let result = decode();
+        SOURCE.with(|s| *s.borrow_mut() = before);
+        result
+    }
+
+    /// `slice` as a share of the source buffer when it lies within it, else a copy.
+    fn share(slice: &[u8]) -> Bytes {
+        SOURCE.with(|source| match &*source.borrow() {
+            Some(source) if within(source, slice) => source.slice_ref(slice),
+            _ => Bytes::copy_from_slice(slice),
+        })
+    }
+
+    fn within(source: &[u8], slice: &[u8]) -> bool {
+        let (start, end) = (
+            source.as_ptr() as usize,
+            source.as_ptr() as usize + source.len(),
+        );
+        let at = slice.as_ptr() as usize;
+        !slice.is_empty() && at >= start && at + slice.len() <= end
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Bytes, D::Error> {
+        struct Shared;
+        impl<'de> Visitor<'de> for Shared {
+            type Value = Bytes;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("bytes")
+            }
+
+            fn visit_borrowed_bytes<E: Error>(self, v: &'de [u8]) -> Result<Bytes, E> {
+                Ok(share(v))
+            }
+
+            fn visit_bytes<E: Error>(self, v: &[u8]) -> Result<Bytes, E> {
+                Ok(Bytes::copy_from_slice(v))
+            }
+
+            fn visit_byte_buf<E: Error>(self, v: Vec<u8>) -> Result<Bytes, E> {
+                Ok(Bytes::from(v))
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Bytes, A::Error> {
+                let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+                while let Some(byte) = seq.next_element::<u8>()? {
+                    out.push(byte);
+                }
+                Ok(Bytes::from(out))
+            }
+        }
+        deserializer.deserialize_bytes(Shared)
+    }
+}
+
 /// Golden files: the bytes each format gives a sample value, kept in the repository so
 /// that a change to an encoded type that breaks reading what an earlier release wrote
 /// fails a unit test.
@@ -290,6 +380,35 @@ pub mod golden {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, PartialEq, Serialize, serde::Deserialize)]
+    struct Carrier {
+        term: u64,
+        #[serde(deserialize_with = "shared_bytes::deserialize")]
+        payload: bytes::Bytes,
+    }
+
+    /// A shared decode gives the same value as a copying one, with the payload pointing
+    /// into the encoded buffer; an ordinary decode (and one after it) copies.
+    #[test]
+    fn shared_decodes_slice_the_buffer_and_others_copy() {
+        let value = Carrier {
+            term: 7,
+            payload: bytes::Bytes::from(vec![0xAB; 4096]),
+        };
+        let encoded = bytes::Bytes::from(encode(&value).unwrap());
+        let range = encoded.as_ptr() as usize..encoded.as_ptr() as usize + encoded.len();
+        let shared: Carrier = decode_shared(&encoded).unwrap();
+        assert_eq!(shared, value);
+        assert!(range.contains(&(shared.payload.as_ptr() as usize)));
+        let copied: Carrier = decode(&encoded).unwrap();
+        assert_eq!(copied, value);
+        assert!(!range.contains(&(copied.payload.as_ptr() as usize)));
+        // Bytes outside the shared buffer are copied even during a shared decode.
+        let other = bytes::Bytes::from_static(b"unrelated");
+        let inside: Carrier = shared_bytes::with_source(&other, || decode(&encoded).unwrap());
+        assert!(!range.contains(&(inside.payload.as_ptr() as usize)));
+    }
 
     #[derive(Debug, PartialEq, Serialize, serde::Deserialize)]
     struct Sample {

@@ -43,6 +43,7 @@ pub const AMQP_EXTRAS_PROPERTY: &str = "x-opt-amqp";
 pub struct EventRecord {
     pub partition_key: Option<String>,
     pub properties: Vec<(String, Property)>,
+    #[serde(deserialize_with = "tributary_types::format::shared_bytes::deserialize")]
     pub body: Bytes,
 }
 
@@ -126,12 +127,29 @@ pub fn frame_positions(batch: &[u8]) -> Result<Vec<usize>, CodecError> {
 /// Decodes every event the batch still holds, with its index and byte position in the
 /// batch as first written (holes count for the events and bytes they stand for).
 pub fn decode_batch(batch: &[u8]) -> Result<Vec<DecodedEvent>, CodecError> {
+    decode_batch_with(batch, |payload| {
+        postcard::from_bytes(payload).map_err(|e| CodecError(e.to_string()))
+    })
+}
+
+/// [`decode_batch`] with the events' bodies sharing `batch`'s buffer instead of copied.
+pub fn decode_batch_shared(batch: &Bytes) -> Result<Vec<DecodedEvent>, CodecError> {
+    decode_batch_with(batch, |payload| {
+        tributary_types::format::decode_payload_shared(batch, payload)
+            .map_err(|e| CodecError(e.to_string()))
+    })
+}
+
+fn decode_batch_with(
+    batch: &[u8],
+    decode: impl Fn(&[u8]) -> Result<EventRecord, CodecError>,
+) -> Result<Vec<DecodedEvent>, CodecError> {
     let mut out = Vec::new();
     let mut cursor = Cursor::default();
     while cursor.at < batch.len() {
         let frame = next_frame(batch, cursor.at)?;
         if let Frame::Event { payload, .. } = frame {
-            let record = postcard::from_bytes(payload).map_err(|e| CodecError(e.to_string()))?;
+            let record = decode(payload)?;
             out.push(DecodedEvent {
                 index: cursor.index,
                 position: cursor.position,

@@ -26,7 +26,8 @@ use tributary_raft::openraft_api::{
     ClientWriteError, LinearizableReadError, RaftError, ReadPolicy,
 };
 use tributary_raft::{
-    GroupHost, Hibernation, Producer, Proposal, ProposalResult, Raft, decode_entry, member_node,
+    GroupHost, Hibernation, Producer, Proposal, ProposalResult, Raft, decode_entry_shared,
+    member_node,
 };
 use tributary_storage::Shard;
 use tributary_types::limits::RECEIVE_BATCH_BYTES_MAX;
@@ -676,13 +677,13 @@ impl Partition {
                     self.group
                 ))
             })?;
-        let entry = decode_entry(&bytes).map_err(storage)?;
+        let entry = decode_entry_shared(&bytes).map_err(storage)?;
         let batch = match &entry.payload {
             tributary_raft::openraft_api::EntryPayload::Normal(proposal) => proposal.append_batch(),
             _ => None,
         };
         match batch {
-            Some(batch) => codec::decode_batch(&batch.events).map_err(storage),
+            Some(batch) => codec::decode_batch_shared(&batch.events).map_err(storage),
             None => Err(storage(format!(
                 "index points at a non-event entry {log_index} of {}",
                 self.group
