@@ -160,8 +160,10 @@ impl SendSession {
                     .await;
                 drop(queue);
                 match queued {
-                    Ok(()) => reply.await.unwrap_or_else(|_| Err(self.ended_early())),
-                    Err(_) => Err(self.ended_early()),
+                    Ok(()) => reply
+                        .await
+                        .unwrap_or_else(|_| Err(Ended::Failed(self.cut_short()))),
+                    Err(_) => Err(Ended::Failed(self.cut_short())),
                 }
             }
         };
@@ -175,11 +177,6 @@ impl SendSession {
                 None => Err(self.cut_short()),
             },
         }
-    }
-
-    /// A session that ended without saying why.
-    fn ended_early(&self) -> Ended {
-        Ended::Failed(self.cut_short())
     }
 
     /// A send whose session ended before its reply: retried as a failed call would be.
@@ -343,6 +340,8 @@ mod tests {
         mode: Arc<AtomicU8>,
         /// The token each session was opened with, in order.
         sessions: Arc<Mutex<Vec<Option<String>>>>,
+        /// Told each time a session opens.
+        opened: Arc<Notify>,
         unary: Arc<AtomicUsize>,
         cut: Arc<Notify>,
     }
@@ -401,6 +400,7 @@ mod tests {
                 .get("authorization")
                 .map(|v| v.to_str().unwrap().to_owned());
             self.sessions.lock().unwrap().push(token);
+            self.opened.notify_one();
             let (tx, rx) = mpsc::channel(64);
             let mut incoming = request.into_inner();
             let cut = self.cut.clone();
@@ -539,10 +539,8 @@ mod tests {
             let session = session.clone();
             async move { session.send(request("silent", 0)).await }
         });
-        // Cut once the node holds the send.
-        while node.sessions.lock().unwrap().is_empty() {
-            tokio::task::yield_now().await;
-        }
+        // Cut once the node holds the session.
+        node.opened.notified().await;
         node.cut.notify_one();
         let err = waiting.await.unwrap().unwrap_err();
         assert!(

@@ -35,7 +35,7 @@ pub struct GrpcApi {
     /// Set to `true` when the node stops: send streams stop reading, answer what they
     /// read and end. `None`: never.
     pub stop: Option<tokio::sync::watch::Receiver<bool>>,
-    /// Requests of one send stream handled at once, at most.
+    /// Requests of one send stream handled at once, at most (0 counts as 1).
     pub stream_sends_max: usize,
 }
 
@@ -55,9 +55,9 @@ impl GrpcApi {
         self
     }
 
-    /// Handles at most `max` requests of one send stream at once.
+    /// Handles at most `max` requests of one send stream at once (at least one).
     pub fn with_stream_sends_max(mut self, max: usize) -> Self {
-        self.stream_sends_max = max.max(1);
+        self.stream_sends_max = max;
         self
     }
 
