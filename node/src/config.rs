@@ -197,6 +197,13 @@ pub struct ServeArgs {
     /// [env: TRIBUTARY_SEGMENT_BYTES] [default: 67108864]
     #[arg(long)]
     pub segment_bytes: Option<u64>,
+    /// How long the storage writer may keep a logged batch's index commit open for later
+    /// batches to share, when nothing else is queued (0s: commit each batch at once). Sends
+    /// are durable and acknowledged without it; readers see events up to this much later, and
+    /// a node whose producers wait for each send spends less CPU per send.
+    /// [env: TRIBUTARY_INDEX_COMMIT_LINGER] [default: 2ms]
+    #[arg(long)]
+    pub index_commit_linger: Option<humantime::Duration>,
     /// PEM certificate (chain) the client port presents: with --tls-key, the client port
     /// speaks TLS only. Re-read when the file changes. [env: TRIBUTARY_TLS_CERT]
     #[arg(long, value_name = "FILE")]
@@ -282,6 +289,7 @@ struct FileConfig {
     retention_min: Option<String>,
     retention_interval: Option<String>,
     segment_bytes: Option<u64>,
+    index_commit_linger: Option<String>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     peer_ca: Option<PathBuf>,
@@ -412,6 +420,8 @@ pub struct NodeConfig {
     pub placement: PlacementSettings,
     pub retention: RetentionSettings,
     pub segment_bytes: u64,
+    /// `--index-commit-linger`.
+    pub index_commit_linger: Duration,
     pub tls: crate::tls::TlsSettings,
     /// The cluster key's file (`--cluster-key-file`).
     pub cluster_key_file: Option<PathBuf>,
@@ -457,6 +467,7 @@ impl NodeConfig {
             placement: PlacementSettings::default(),
             retention: RetentionSettings::default(),
             segment_bytes: SEGMENT_BYTES_DEFAULT,
+            index_commit_linger: tributary_storage::INDEX_COMMIT_LINGER,
             tls: crate::tls::TlsSettings::default(),
             cluster_key_file: None,
             peer_insecure: false,
@@ -669,6 +680,13 @@ impl ServeArgs {
                 .or(env("TRIBUTARY_SEGMENT_BYTES")?)
                 .or(file.segment_bytes)
                 .unwrap_or(SEGMENT_BYTES_DEFAULT),
+            index_commit_linger: duration(
+                self.index_commit_linger,
+                "TRIBUTARY_INDEX_COMMIT_LINGER",
+                file.index_commit_linger.as_ref(),
+                "index_commit_linger",
+            )?
+            .unwrap_or(tributary_storage::INDEX_COMMIT_LINGER),
             peer_addr: self
                 .peer_addr
                 .or(env("TRIBUTARY_PEER_ADDR")?)
@@ -843,6 +861,12 @@ impl ServeArgs {
         }
         if !(64 * 1024..=1024 * 1024 * 1024).contains(&config.segment_bytes) {
             bail!("--segment-bytes must be between 65536 and 1073741824");
+        }
+        if config.index_commit_linger > Duration::from_millis(100) {
+            bail!(
+                "--index-commit-linger must be at most 100ms (readers see events up to that \
+                 much later); 0s commits each write at once"
+            );
         }
         if !config.peer_addr.ip().is_loopback()
             && config.tls.peer.is_none()
@@ -1124,10 +1148,12 @@ mod tests {
         assert_eq!(config.retention, RetentionSettings::default());
         assert_eq!(config.retention.min, Duration::from_secs(3600));
         assert_eq!(config.segment_bytes, SEGMENT_BYTES_DEFAULT);
+        assert_eq!(config.index_commit_linger, Duration::from_millis(2));
         let config = ServeArgs {
             retention_min: Some("1s".parse().unwrap()),
             retention_interval: Some("200ms".parse().unwrap()),
             segment_bytes: Some(1 << 20),
+            index_commit_linger: Some("0s".parse().unwrap()),
             ..Default::default()
         }
         .resolve()
@@ -1135,6 +1161,7 @@ mod tests {
         assert_eq!(config.retention.min, Duration::from_secs(1));
         assert_eq!(config.retention.interval, Duration::from_millis(200));
         assert_eq!(config.segment_bytes, 1 << 20);
+        assert_eq!(config.index_commit_linger, Duration::ZERO);
         for (args, message) in [
             (
                 ServeArgs {
@@ -1156,6 +1183,13 @@ mod tests {
                     ..Default::default()
                 },
                 "--segment-bytes must be between",
+            ),
+            (
+                ServeArgs {
+                    index_commit_linger: Some("1s".parse().unwrap()),
+                    ..Default::default()
+                },
+                "--index-commit-linger must be at most 100ms",
             ),
         ] {
             let err = args.resolve().unwrap_err().to_string();

@@ -276,6 +276,7 @@ impl Node {
                     &path,
                     ShardConfig {
                         segment_bytes_max: config.segment_bytes,
+                        index_commit_linger: config.index_commit_linger,
                         ..ShardConfig::default()
                     },
                 )

@@ -16,4 +16,6 @@ mod wal;
 
 pub use error::StorageError;
 pub use mutation::{Durability, IndexRow, MetaKey, Mutation};
-pub use shard::{LogPiece, Shard, ShardConfig, ShardStats, is_staging, staging_group};
+pub use shard::{
+    INDEX_COMMIT_LINGER, LogPiece, Shard, ShardConfig, ShardStats, is_staging, staging_group,
+};

@@ -37,6 +37,9 @@ pub struct ShardConfig {
     /// A log segment file grows to about this size before the next one starts; a segment is
     /// deleted once none of its entries is kept.
     pub segment_bytes_max: u64,
+    /// With a log, how long a batch's redb commit may wait for later batches to share it
+    /// when no write is queued (see [`writer_loop`]); zero commits at once.
+    pub index_commit_linger: std::time::Duration,
 }
 
 impl Default for ShardConfig {
@@ -49,9 +52,16 @@ impl Default for ShardConfig {
             checkpoint_bytes: 64 * 1024 * 1024,
             checkpoint_interval: std::time::Duration::from_secs(1),
             segment_bytes_max: 64 * 1024 * 1024,
+            index_commit_linger: INDEX_COMMIT_LINGER,
         }
     }
 }
+
+/// [`ShardConfig::index_commit_linger`]'s default. A producer that waits for each send
+/// makes a batch of one or two writes per fsync; a redb commit each cost a node about as
+/// much CPU as the fsync, and sharing one among the batches of a millisecond or two halves
+/// that. Only readability waits for it (durability is the log's, reported at the fsync).
+pub const INDEX_COMMIT_LINGER: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Counters of one shard, for tests and benchmarks.
 #[derive(Debug, Clone, Copy, Default)]
@@ -1056,11 +1066,27 @@ fn writer_loop(
     // With a log, a batch is durable (and its `flushed` has run) once logged; its redb
     // commit only makes it readable. While more writes wait in the queue, that commit is
     // left to a later batch's (at most DEFERRED_BATCHES_MAX batches on): the writer goes on
-    // to the next fsync at once, and one commit serves several batches. The waiting writes
-    // keep their `done` here until then; readers keep what they wrote readable meanwhile,
-    // as they do between `flushed` and `done` anyway.
+    // to the next fsync at once, and one commit serves several batches. With the queue
+    // empty it waits for the next write up to `index_commit_linger` after the oldest batch
+    // it holds, then commits. The waiting writes keep their `done` here until then; readers
+    // keep what they wrote readable meanwhile, as they do between `flushed` and `done`
+    // anyway.
     let mut open: Option<Uncommitted> = None;
-    while let Some(first) = rx.blocking_recv() {
+    // A write that arrived while the writer lingered: the next batch's first.
+    let mut arrived: Option<Write> = None;
+    // Waits with a timeout on the queue (a thread of its own has no runtime to do it).
+    let linger = match tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+    {
+        Ok(runtime) if wal.is_some() && !config.index_commit_linger.is_zero() => Some(runtime),
+        Ok(_) => None,
+        Err(err) => {
+            tracing::warn!(%err, "the storage writer commits every batch at once: it cannot wait with a timeout");
+            None
+        }
+    };
+    while let Some(first) = arrived.take().or_else(|| rx.blocking_recv()) {
         let mut bytes: usize = first.mutations.iter().map(Mutation::size_bytes).sum();
         batch.push(first);
         while batch.len() < config.batch_writes_max && bytes < config.batch_bytes_max {
@@ -1138,9 +1164,26 @@ fn writer_loop(
         let result = match (result, &mut batches) {
             (Ok(()), Some((_, held))) => {
                 held.push(current);
-                if !rx.is_empty() && held.len() < DEFERRED_BATCHES_MAX {
-                    open = batches.map(|(txn, batches)| Uncommitted { txn, batches });
-                    continue;
+                if held.len() < DEFERRED_BATCHES_MAX {
+                    let next = if rx.is_empty() {
+                        linger.as_ref().and_then(|runtime| {
+                            let since = held[0].started;
+                            let wait = config.index_commit_linger.saturating_sub(since.elapsed());
+                            // The timer is made inside the runtime (its context exists
+                            // only within `block_on`).
+                            runtime
+                                .block_on(async { tokio::time::timeout(wait, rx.recv()).await })
+                                .ok()
+                                .flatten()
+                        })
+                    } else {
+                        rx.try_recv().ok()
+                    };
+                    if let Some(write) = next {
+                        arrived = Some(write);
+                        open = batches.map(|(txn, batches)| Uncommitted { txn, batches });
+                        continue;
+                    }
                 }
                 let (txn, held) = batches.expect("matched above");
                 counters.index_commits.fetch_add(1, Ordering::Relaxed);
@@ -1812,6 +1855,112 @@ mod tests {
             let expected: Vec<u64> = (0..WRITES).filter(|i| i % 4 == u64::from(p)).collect();
             assert_eq!(indexes(&recovered, p), expected, "group {p}");
         }
+    }
+
+    fn lingering(linger: std::time::Duration) -> ShardConfig {
+        ShardConfig {
+            index_commit_linger: linger,
+            ..never_checkpointing()
+        }
+    }
+
+    /// Queues a durable write of entry `index` of group 0; the receivers hear of its
+    /// `flushed` and its `done`.
+    async fn submit_one(
+        shard: &Shard,
+        index: u64,
+    ) -> (oneshot::Receiver<()>, oneshot::Receiver<Instant>) {
+        let (flushed_tx, flushed_rx) = oneshot::channel();
+        let (done_tx, done_rx) = oneshot::channel();
+        shard
+            .submit_flushed(
+                vec![put(0, index)],
+                Durability::Immediate,
+                move |result| {
+                    result.unwrap();
+                    let _ = flushed_tx.send(());
+                },
+                move |result| {
+                    result.unwrap();
+                    let _ = done_tx.send(Instant::now());
+                },
+            )
+            .await
+            .unwrap();
+        (flushed_rx, done_rx)
+    }
+
+    /// With nothing queued behind it, a logged batch's index commit waits up to the linger
+    /// for later batches: writes that each wait for the one before to be durable (a
+    /// producer waiting for each send) share one redb commit, and none is readable from
+    /// redb (done) before it, though each is durable (flushed) at its own fsync.
+    #[tokio::test]
+    async fn batches_within_the_linger_share_one_index_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = Shard::open(
+            &dir.path().join("s.redb"),
+            lingering(std::time::Duration::from_secs(3600)),
+        )
+        .unwrap();
+        let mut dones = Vec::new();
+        for index in 0..DEFERRED_BATCHES_MAX as u64 - 1 {
+            let (flushed, done) = submit_one(&shard, index).await;
+            flushed.await.expect("durable at its own fsync");
+            dones.push(done);
+        }
+        let stats = shard.stats();
+        assert_eq!(stats.index_commits, 0, "the commit lingers: {stats:?}");
+        for done in &mut dones {
+            assert!(
+                done.try_recv().is_err(),
+                "no write is done before its commit"
+            );
+        }
+        // The batch that fills the transaction commits it, for all of them.
+        let (flushed, done) = submit_one(&shard, DEFERRED_BATCHES_MAX as u64 - 1).await;
+        flushed.await.unwrap();
+        dones.push(done);
+        for done in dones {
+            done.await.expect("done once committed");
+        }
+        assert_eq!(shard.stats().index_commits, 1);
+        assert_eq!(
+            indexes(&shard, 0),
+            (0..DEFERRED_BATCHES_MAX as u64).collect::<Vec<_>>()
+        );
+    }
+
+    /// A lingering commit ends when the linger is over with nothing more to share it (not
+    /// before), and when the shard closes: what it held is done and a reopened shard has it.
+    #[tokio::test]
+    async fn a_lingering_commit_ends_after_the_linger_or_at_close() {
+        const LINGER: std::time::Duration = std::time::Duration::from_millis(50);
+        let dir = tempfile::tempdir().unwrap();
+        let shard = Shard::open(&dir.path().join("s.redb"), lingering(LINGER)).unwrap();
+        let submitted = Instant::now();
+        let (_, done) = submit_one(&shard, 0).await;
+        let done_at = done.await.expect("committed once the linger is over");
+        assert!(
+            done_at.duration_since(submitted) >= LINGER,
+            "committed before the linger was over"
+        );
+        assert_eq!(shard.stats().index_commits, 1);
+
+        let dir = tempfile::tempdir().unwrap();
+        let shard = Shard::open(
+            &dir.path().join("s.redb"),
+            lingering(std::time::Duration::from_secs(3600)),
+        )
+        .unwrap();
+        let (flushed, done) = submit_one(&shard, 7).await;
+        flushed.await.unwrap();
+        shard
+            .close(std::time::Duration::from_secs(30))
+            .await
+            .unwrap();
+        done.await.expect("the close commits what lingered");
+        let reopened = open(&dir);
+        assert_eq!(indexes(&reopened, 0), vec![7]);
     }
 
     /// A checkpoint moves the replay position past everything written: a damaged record
