@@ -8,8 +8,8 @@
 //! | --- | --- | --- | --- |
 //! | `front_end` | `Service::send` is entered (the front end has decoded the request) | the send reaches its partition (`Partition::append`): credential check, hub lookup, encoding the batch, routing, throughput admission | `broker/src/service/send.rs` |
 //! | `appender_wait` | the send reaches its partition | its Raft entry is handed to openraft (`client_write_ff`): the partition's in-flight permit, the appender's queue, waiting while two entries are uncommitted, merging with other sends, waking a hibernating group | `broker/partition/src/appender.rs` |
-//! | `commit` | the entry is handed to openraft | openraft reports it committed (the responder's commit notice, seen by the entry's task) | `broker/partition/src/appender.rs` |
-//! | `apply` | committed | the partition state machine's result for the entry, seen by the entry's task | `broker/partition/src/appender.rs` |
+//! | `commit` | the entry is handed to openraft | openraft reports it committed (the responder's commit notice) | `broker/partition/src/appender.rs` |
+//! | `apply` | committed | openraft hands the partition state machine's result for the entry to its responder | `broker/partition/src/appender.rs` |
 //! | `reply` | the entry's result reaches the appender | `Service::send` returns the send's numbers (the result split between the entry's sends and handed to each waiting send) | `broker/src/service/send.rs` |
 //! | `total` | `Service::send` is entered | it returns | `broker/src/service/send.rs` |
 //!

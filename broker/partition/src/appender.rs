@@ -138,7 +138,7 @@ async fn run(
     }
 }
 
-/// Proposes `batch` as one entry; a task hands each send its result once it is applied.
+/// Proposes `batch` as one entry; its responder hands each send its result once it is applied.
 async fn propose(
     raft: &Raft<GroupStateMachine>,
     batch: Vec<Queued>,
@@ -170,28 +170,20 @@ async fn propose(
         },
         batch[0].part.producer,
     );
-    let (responder, committed, result) = tributary_raft::WriteResponder::new();
     let proposed = Instant::now();
-    if let Err(fatal) = raft.client_write_ff(proposal, Some(responder)).await {
-        let failure = Failure::Other(fatal.to_string());
-        for queued in batch {
-            let _ = queued.reply.send(Err(failure.clone()));
-        }
-        return;
-    }
-    tokio::spawn(async move {
-        // The commit notice comes first; an entry that fails gets none.
-        let committed = committed.await.ok().map(|_| Instant::now());
-        let result = result.await;
+    // The result is split among the entry's sends where openraft reports it; a write
+    // openraft drops unanswered (its group stopped, or refused it as stopped) answers them
+    // `Stopped`.
+    let responder = tributary_raft::WriteResponder::new(move |result, committed| {
         let answered = Instant::now();
         drop(permit);
         let result = match result {
-            Ok(Ok(response)) => Ok(response.data),
-            Ok(Err(ClientWriteError::ForwardToLeader(forward))) => {
+            Some(Ok(response)) => Ok(response.data),
+            Some(Err(ClientWriteError::ForwardToLeader(forward))) => {
                 Err(Failure::ForwardToLeader(forward.leader_id))
             }
-            Ok(Err(other)) => Err(Failure::Other(other.to_string())),
-            Err(_) => Err(Failure::Stopped),
+            Some(Err(other)) => Err(Failure::Other(other.to_string())),
+            None => Err(Failure::Stopped),
         };
         let times = Times {
             proposed,
@@ -200,6 +192,10 @@ async fn propose(
         };
         split(result, batch, times);
     });
+    if let Err(fatal) = raft.client_write_ff(proposal, Some(responder)).await {
+        // The responder went with the refused write and answered its sends.
+        tracing::debug!(%fatal, "a partition's Raft group refused a write");
+    }
 }
 
 /// When an entry was handed to openraft, committed, and its result reached the appender.
