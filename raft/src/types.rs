@@ -461,4 +461,30 @@ mod tests {
         let config = super::group_config("t");
         assert!(config.heartbeat_interval < config.election_timeout_min);
     }
+
+    /// The responder calls its function once: with the result and the commit's time when
+    /// openraft answers, with nothing when openraft drops it unanswered (a stopped group),
+    /// so no proposer waits for ever.
+    #[test]
+    fn a_callback_responder_answers_once_answered_or_dropped() {
+        use openraft::raft::responder::Responder;
+        use std::sync::{Arc, Mutex};
+        type Seen = Arc<Mutex<Vec<(Option<u32>, bool)>>>;
+        fn responder(seen: &Seen) -> super::CallbackResponder<u32> {
+            let seen = seen.clone();
+            super::CallbackResponder::new(move |result, committed| {
+                seen.lock().unwrap().push((result, committed.is_some()));
+            })
+        }
+        let seen = Seen::default();
+        let mut answered = responder(&seen);
+        answered.on_commit(openraft::testing::log_id::<super::TypeConfig>(1, 1, 7));
+        answered.on_complete(5);
+        responder(&seen).on_complete(6);
+        drop(responder(&seen));
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec![(Some(5), true), (Some(6), false), (None, false)]
+        );
+    }
 }
