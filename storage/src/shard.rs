@@ -120,6 +120,9 @@ struct Write {
     done: Completion,
     /// When it was queued (the `storage_queue` stage of a durable write).
     queued: Instant,
+    /// Its caller waits for `done` ([`Shard::write`]): the batch holding it commits without
+    /// lingering.
+    awaited: bool,
 }
 
 struct Counters {
@@ -272,6 +275,7 @@ impl Shard {
             flushed: None,
             done: Box::new(|_| {}),
             queued: Instant::now(),
+            awaited: false,
         };
         // The queue is empty: nothing else has been written yet.
         self.tx
@@ -329,7 +333,7 @@ impl Shard {
         durability: Durability,
         done: impl FnOnce(Result<(), StorageError>) + Send + 'static,
     ) -> Result<(), StorageError> {
-        self.queue(mutations, durability, None, Box::new(done))
+        self.queue(mutations, durability, None, Box::new(done), false)
             .await
     }
 
@@ -351,6 +355,7 @@ impl Shard {
             durability,
             Some(Box::new(flushed)),
             Box::new(done),
+            false,
         )
         .await
     }
@@ -361,6 +366,7 @@ impl Shard {
         durability: Durability,
         flushed: Option<Completion>,
         done: Completion,
+        awaited: bool,
     ) -> Result<(), StorageError> {
         self.tx
             .send(Write {
@@ -369,21 +375,30 @@ impl Shard {
                 flushed,
                 done,
                 queued: Instant::now(),
+                awaited,
             })
             .await
             .map_err(|_| StorageError::Closed)
     }
 
-    /// Writes and waits for the commit.
+    /// Writes and waits for the commit, which does not linger for later writes (a caller
+    /// writing one thing after another, such as a node creating its replicas, would wait
+    /// out the linger each time).
     pub async fn write(
         &self,
         mutations: Vec<Mutation>,
         durability: Durability,
     ) -> Result<(), StorageError> {
         let (tx, rx) = oneshot::channel();
-        self.submit(mutations, durability, move |res| {
-            let _ = tx.send(res);
-        })
+        self.queue(
+            mutations,
+            durability,
+            None,
+            Box::new(move |res| {
+                let _ = tx.send(res);
+            }),
+            true,
+        )
         .await?;
         rx.await.map_err(|_| StorageError::Closed)?
     }
@@ -1164,9 +1179,13 @@ fn writer_loop(
         let result = match (result, &mut batches) {
             (Ok(()), Some((_, held))) => {
                 held.push(current);
+                let awaited = held
+                    .iter()
+                    .any(|logged| logged.writes.iter().any(|w| w.awaited));
                 if held.len() < DEFERRED_BATCHES_MAX {
                     let next = if rx.is_empty() {
-                        linger.as_ref().and_then(|runtime| {
+                        // A caller waiting for its write's commit is not kept waiting.
+                        linger.as_ref().filter(|_| !awaited).and_then(|runtime| {
                             let since = held[0].started;
                             let wait = config.index_commit_linger.saturating_sub(since.elapsed());
                             // The timer is made inside the runtime (its context exists
@@ -1828,6 +1847,7 @@ mod tests {
                     done_tx.send((index, readable)).unwrap();
                 }),
                 queued: Instant::now(),
+                awaited: false,
             }
         }
         let first = chained(shard.clone(), 0, done_tx);
@@ -1928,6 +1948,33 @@ mod tests {
             indexes(&shard, 0),
             (0..DEFERRED_BATCHES_MAX as u64).collect::<Vec<_>>()
         );
+    }
+
+    /// A write whose caller waits for its commit (`Shard::write`: a node creating replica
+    /// after replica, a vote) does not wait out the linger, and the commit it makes serves
+    /// the batches lingering before it.
+    #[tokio::test]
+    async fn an_awaited_write_commits_without_lingering() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = Shard::open(
+            &dir.path().join("s.redb"),
+            lingering(std::time::Duration::from_secs(3600)),
+        )
+        .unwrap();
+        let (flushed, lingering) = submit_one(&shard, 0).await;
+        flushed.await.unwrap();
+        for index in 1..4 {
+            tokio::time::timeout(
+                std::time::Duration::from_secs(30),
+                shard.write(vec![put(0, index)], Durability::Immediate),
+            )
+            .await
+            .expect("an awaited write is not held for the linger")
+            .unwrap();
+        }
+        lingering.await.expect("committed with the awaited write");
+        assert_eq!(shard.stats().index_commits, 3);
+        assert_eq!(indexes(&shard, 0), vec![0, 1, 2, 3]);
     }
 
     /// A lingering commit ends when the linger is over with nothing more to share it (not
