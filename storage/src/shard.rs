@@ -1877,11 +1877,12 @@ mod tests {
         }
     }
 
-    fn lingering(linger: std::time::Duration) -> ShardConfig {
-        ShardConfig {
+    fn open_lingering(dir: &tempfile::TempDir, linger: std::time::Duration) -> Shard {
+        let config = ShardConfig {
             index_commit_linger: linger,
             ..never_checkpointing()
-        }
+        };
+        Shard::open(&dir.path().join("s.redb"), config).unwrap()
     }
 
     /// Queues a durable write of entry `index` of group 0; the receivers hear of its
@@ -1917,11 +1918,7 @@ mod tests {
     #[tokio::test]
     async fn batches_within_the_linger_share_one_index_commit() {
         let dir = tempfile::tempdir().unwrap();
-        let shard = Shard::open(
-            &dir.path().join("s.redb"),
-            lingering(std::time::Duration::from_secs(3600)),
-        )
-        .unwrap();
+        let shard = open_lingering(&dir, std::time::Duration::from_secs(3600));
         let mut dones = Vec::new();
         for index in 0..DEFERRED_BATCHES_MAX as u64 - 1 {
             let (flushed, done) = submit_one(&shard, index).await;
@@ -1956,11 +1953,7 @@ mod tests {
     #[tokio::test]
     async fn an_awaited_write_commits_without_lingering() {
         let dir = tempfile::tempdir().unwrap();
-        let shard = Shard::open(
-            &dir.path().join("s.redb"),
-            lingering(std::time::Duration::from_secs(3600)),
-        )
-        .unwrap();
+        let shard = open_lingering(&dir, std::time::Duration::from_secs(3600));
         let (flushed, lingering) = submit_one(&shard, 0).await;
         flushed.await.unwrap();
         for index in 1..4 {
@@ -1983,7 +1976,7 @@ mod tests {
     async fn a_lingering_commit_ends_after_the_linger_or_at_close() {
         const LINGER: std::time::Duration = std::time::Duration::from_millis(50);
         let dir = tempfile::tempdir().unwrap();
-        let shard = Shard::open(&dir.path().join("s.redb"), lingering(LINGER)).unwrap();
+        let shard = open_lingering(&dir, LINGER);
         let submitted = Instant::now();
         let (_, done) = submit_one(&shard, 0).await;
         let done_at = done.await.expect("committed once the linger is over");
@@ -1994,11 +1987,7 @@ mod tests {
         assert_eq!(shard.stats().index_commits, 1);
 
         let dir = tempfile::tempdir().unwrap();
-        let shard = Shard::open(
-            &dir.path().join("s.redb"),
-            lingering(std::time::Duration::from_secs(3600)),
-        )
-        .unwrap();
+        let shard = open_lingering(&dir, std::time::Duration::from_secs(3600));
         let (flushed, done) = submit_one(&shard, 7).await;
         flushed.await.unwrap();
         shard
