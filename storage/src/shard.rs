@@ -1920,7 +1920,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let shard = open_lingering(&dir, std::time::Duration::from_secs(3600));
         let mut dones = Vec::new();
-        for index in 0..DEFERRED_BATCHES_MAX as u64 - 1 {
+        // The first write alone: the queue stays empty behind it, so only the linger keeps
+        // its commit open (a commit normally takes well under a millisecond here).
+        let (flushed, mut first) = submit_one(&shard, 0).await;
+        flushed.await.expect("durable at its own fsync");
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(300), &mut first)
+                .await
+                .is_err(),
+            "a lone batch's commit lingers"
+        );
+        dones.push(first);
+        for index in 1..DEFERRED_BATCHES_MAX as u64 - 1 {
             let (flushed, done) = submit_one(&shard, index).await;
             flushed.await.expect("durable at its own fsync");
             dones.push(done);
