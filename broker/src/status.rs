@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use openraft::type_config::async_runtime::WatchReceiver;
 use tonic::{Request, Response, Status};
+use tributary_controller::state::ClusterState;
 use tributary_proto::peer::node_status_client::NodeStatusClient;
 use tributary_proto::peer::node_status_server::NodeStatus as NodeStatusApi;
 use tributary_proto::peer::{GroupStatus, LocalStatusReply, LocalStatusRequest};
@@ -20,6 +21,10 @@ use crate::cluster::ClusterRuntime;
 /// How long the gathering node waits for each node's report; a node that does not answer
 /// in time is shown as down.
 const NODE_STATUS_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How long the gathering node waits for its view of the cluster state to reach the
+/// newest one a node reported (see [`assemble_status`]).
+const VIEW_CATCH_UP_MAX: Duration = Duration::from_secs(2);
 
 /// Status requests a node may miss before placement counts it as down.
 const LIVENESS_PROBES: u32 = 3;
@@ -80,6 +85,7 @@ pub fn local_status(broker: &Broker) -> LocalStatusReply {
         feature_level: tributary_types::format::supported_level(),
         kafka_addr: broker.kafka_addrs().plain.clone().unwrap_or_default(),
         kafka_tls_addr: broker.kafka_addrs().tls.clone().unwrap_or_default(),
+        state_version: broker.runtime().state().version,
     }
 }
 
@@ -221,16 +227,50 @@ pub struct ReplicaStatus {
 /// Asks every node for its report and assembles the cluster's status.
 pub async fn cluster_status(broker: &Broker) -> ClusterStatus {
     let runtime = broker.runtime();
-    let state = runtime.state();
-    let reports = futures::future::join_all(state.nodes.values().map(|node| async move {
-        let report = if node.id == runtime.me.id {
-            Some(local_status(broker))
-        } else {
-            remote_status(runtime, &node.peer_addr).await
-        };
-        (node.id, report)
-    }))
-    .await;
+    assemble_status(runtime.view(), |state| async move {
+        futures::future::join_all(state.nodes.values().map(|node| async move {
+            let report = if node.id == runtime.me.id {
+                Some(local_status(broker))
+            } else {
+                remote_status(runtime, &node.peer_addr).await
+            };
+            (node.id, report)
+        }))
+        .await
+    })
+    .await
+}
+
+/// Gathers the nodes' reports (`gather`, given the state whose nodes to ask) and judges
+/// them by a cluster state at least as new as any reporting node holds. A node's own
+/// state may trail the others' (it has just restarted, or its watch stream is slow): a
+/// replica moved meanwhile would then be judged by its old assignment, its new voter
+/// missing and a removed one counted out, so a healthy partition would look
+/// under-replicated. The node waits for its view to catch up, at most
+/// [`VIEW_CATCH_UP_MAX`], and otherwise answers from the newest view it has.
+async fn assemble_status<F, Fut>(
+    mut view: tokio::sync::watch::Receiver<Arc<ClusterState>>,
+    gather: F,
+) -> ClusterStatus
+where
+    F: FnOnce(Arc<ClusterState>) -> Fut,
+    Fut: Future<Output = Vec<(u64, Option<LocalStatusReply>)>>,
+{
+    let asked = view.borrow_and_update().clone();
+    let reports = gather(asked).await;
+    let newest = reports
+        .iter()
+        .filter_map(|(_, r)| r.as_ref())
+        .map(|r| r.state_version)
+        .max()
+        .unwrap_or(0);
+    let _ = tokio::time::timeout(VIEW_CATCH_UP_MAX, view.wait_for(|s| s.version >= newest)).await;
+    let state = view.borrow().clone();
+    assemble(&state, reports)
+}
+
+/// The cluster's status from `state` and the nodes' reports (`None`: no answer).
+fn assemble(state: &ClusterState, reports: Vec<(u64, Option<LocalStatusReply>)>) -> ClusterStatus {
     // Each answering node's release and the highest feature level it supports.
     let releases: HashMap<u64, (String, u32)> = reports
         .iter()
@@ -403,5 +443,146 @@ pub async fn cluster_status(broker: &Broker) -> ClusterStatus {
         partitions,
         feature_level: state.feature.level,
         feature_release: state.feature.release.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tributary_controller::state::{Command, NewHub, ReplicaMove, Reply, test_cluster};
+
+    /// Three nodes hold a one-partition hub; node 4 has joined. Returns the state and the
+    /// hub's replicas.
+    fn before_the_move() -> (ClusterState, Vec<u64>) {
+        let mut state = test_cluster(3);
+        let Reply::Hub(hub) = state
+            .apply(Command::CreateHub(NewHub {
+                name: "h".into(),
+                partition_count: 1,
+                retention_ms: 24 * 3600 * 1000,
+                replication_factor: Some(3),
+                partitions_max: 1024,
+                now_ms: 0,
+                down_nodes: Vec::new(),
+                throughput_units: 0,
+                settings: Default::default(),
+            }))
+            .unwrap()
+        else {
+            panic!("hub expected");
+        };
+        tributary_controller::state::test_register(&mut state, 4);
+        (state, hub.replicas[0].clone())
+    }
+
+    /// `from`'s replica of the partition moved to node 4, and the move finished.
+    fn moved(before: &ClusterState, from: u64) -> ClusterState {
+        let mut state = before.clone();
+        let hub = state.hubs["h"].id;
+        let mv = ReplicaMove {
+            hub,
+            partition: 0,
+            from: Some(from),
+            to: 4,
+            started_ms: 0,
+        };
+        state.apply(Command::StartMoves(vec![mv])).unwrap();
+        state
+            .apply(Command::FinishMove {
+                hub,
+                partition: 0,
+                to: 4,
+            })
+            .unwrap();
+        state
+    }
+
+    /// What every node reports after the move: the leader (the first replica) names the
+    /// new voters, each fully matched; the removed replica stopped two entries short.
+    fn reports_after(after: &ClusterState, removed: u64) -> Vec<(u64, Option<LocalStatusReply>)> {
+        let hub = &after.hubs["h"];
+        let group = GroupId::new(hub.id, PartitionId(0), 0).to_u64();
+        let voters = &hub.replicas[0];
+        let leader = voters[0];
+        let members: Vec<u64> = voters
+            .iter()
+            .map(|n| after.replica_member(hub, 0, *n).unwrap())
+            .collect();
+        (1..=4)
+            .map(|node| {
+                let applied = if node == removed { 8 } else { 10 };
+                let own = GroupStatus {
+                    group,
+                    leader,
+                    term: 2,
+                    last_applied_index: applied,
+                    last_log_index: applied,
+                    matched_index: if node == leader {
+                        members.iter().map(|m| (*m, 10)).collect()
+                    } else {
+                        HashMap::new()
+                    },
+                    voters: members.clone(),
+                    ..Default::default()
+                };
+                let report = LocalStatusReply {
+                    node,
+                    groups: vec![own],
+                    ready: true,
+                    state_version: after.version,
+                    ..Default::default()
+                };
+                (node, Some(report))
+            })
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_whose_view_trails_waits_for_the_newest_before_judging_replicas() {
+        let (before, replicas) = before_the_move();
+        let from = replicas[1];
+        let after = moved(&before, from);
+        assert!(after.version > before.version);
+        let (publish, view) = tokio::sync::watch::channel(Arc::new(before));
+        let reports = reports_after(&after, from);
+        let later = Arc::new(after.clone());
+        let status = assemble_status(view, |_asked| async move {
+            // The node's view reaches the newest state a moment after the reports.
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                publish.send_replace(later);
+            });
+            reports
+        })
+        .await;
+        let partition = &status.partitions[0];
+        let mut nodes: Vec<u64> = partition.replicas.iter().map(|r| r.node).collect();
+        nodes.sort_unstable();
+        let mut expected = after.hubs["h"].replicas[0].clone();
+        expected.sort_unstable();
+        assert_eq!(
+            nodes, expected,
+            "judged by the state before the move: {partition:?}"
+        );
+        assert!(
+            partition.replicas.iter().all(|r| r.up && r.caught_up),
+            "{partition:?}"
+        );
+        assert_eq!(status.under_replicated, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_view_that_does_not_catch_up_is_answered_from_after_the_wait() {
+        let (before, replicas) = before_the_move();
+        let after = moved(&before, replicas[1]);
+        let (_publish, view) = tokio::sync::watch::channel(Arc::new(before.clone()));
+        let reports = reports_after(&after, replicas[1]);
+        let started = tokio::time::Instant::now();
+        let status = assemble_status(view, |_| async move { reports }).await;
+        assert_eq!(started.elapsed(), VIEW_CATCH_UP_MAX);
+        // The old assignment, as this node knows it: the removed replica no voter.
+        let partition = &status.partitions[0];
+        let removed = partition.replicas.iter().find(|r| r.node == replicas[1]);
+        assert!(removed.is_some_and(|r| !r.caught_up), "{partition:?}");
     }
 }
