@@ -488,7 +488,6 @@ impl Default for PlacementSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tributary_controller::state::{NewHub, Reply};
 
     fn cluster(nodes: u64) -> ClusterState {
         tributary_controller::state::test_cluster(nodes)
@@ -500,23 +499,7 @@ mod tests {
     }
 
     fn create(state: &mut ClusterState, partitions: u32, rf: u8) -> HubId {
-        let Reply::Hub(hub) = state
-            .apply(Command::CreateHub(NewHub {
-                name: "h".into(),
-                partition_count: partitions,
-                retention_ms: 24 * 3600 * 1000,
-                replication_factor: Some(rf),
-                partitions_max: 1024,
-                now_ms: 0,
-                down_nodes: Vec::new(),
-                throughput_units: 0,
-                settings: Default::default(),
-            }))
-            .unwrap()
-        else {
-            panic!("hub expected");
-        };
-        hub.id
+        tributary_controller::state::test_create_hub(state, partitions, rf).id
     }
 
     /// Every partition led by its preferred replica, whose report lists the members of

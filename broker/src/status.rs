@@ -449,28 +449,13 @@ fn assemble(state: &ClusterState, reports: Vec<(u64, Option<LocalStatusReply>)>)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tributary_controller::state::{Command, NewHub, ReplicaMove, Reply, test_cluster};
+    use tributary_controller::state::{Command, ReplicaMove, test_cluster};
 
     /// Three nodes hold a one-partition hub; node 4 has joined. Returns the state and the
     /// hub's replicas.
     fn before_the_move() -> (ClusterState, Vec<u64>) {
         let mut state = test_cluster(3);
-        let Reply::Hub(hub) = state
-            .apply(Command::CreateHub(NewHub {
-                name: "h".into(),
-                partition_count: 1,
-                retention_ms: 24 * 3600 * 1000,
-                replication_factor: Some(3),
-                partitions_max: 1024,
-                now_ms: 0,
-                down_nodes: Vec::new(),
-                throughput_units: 0,
-                settings: Default::default(),
-            }))
-            .unwrap()
-        else {
-            panic!("hub expected");
-        };
+        let hub = tributary_controller::state::test_create_hub(&mut state, 1, 3);
         tributary_controller::state::test_register(&mut state, 4);
         (state, hub.replicas[0].clone())
     }

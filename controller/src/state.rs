@@ -990,6 +990,26 @@ pub fn test_register(state: &mut ClusterState, id: u64) {
         .unwrap();
 }
 
+/// Creates hub "h" with `partitions` partitions of `rf` replicas (a day's retention, no
+/// throughput units), for tests.
+#[cfg(any(test, feature = "test-util"))]
+pub fn test_create_hub(state: &mut ClusterState, partitions: u32, rf: u8) -> HubRecord {
+    let Ok(Reply::Hub(hub)) = state.apply(Command::CreateHub(NewHub {
+        name: "h".into(),
+        partition_count: partitions,
+        retention_ms: 24 * 3600 * 1000,
+        replication_factor: Some(rf),
+        partitions_max: 1024,
+        now_ms: 0,
+        down_nodes: Vec::new(),
+        throughput_units: 0,
+        settings: Default::default(),
+    })) else {
+        panic!("hub h is created");
+    };
+    hub
+}
+
 /// The shortest retention the controller accepts. Nodes refuse anything below their
 /// operator's floor (`--retention-min`, 1 hour unless set lower) before proposing; this
 /// bound only keeps the state sane.

@@ -295,23 +295,10 @@ fn founding_members(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tributary_controller::state::{Command, NewHub, ReplicaMove, Reply, test_cluster};
+    use tributary_controller::state::{Command, ReplicaMove, test_cluster};
 
     fn create(state: &mut ClusterState) -> HubRecord {
-        let Ok(Reply::Hub(hub)) = state.apply(Command::CreateHub(NewHub {
-            name: "h".into(),
-            partition_count: 1,
-            retention_ms: 3_600_000,
-            replication_factor: Some(3),
-            partitions_max: 1024,
-            now_ms: 0,
-            down_nodes: Vec::new(),
-            throughput_units: 0,
-            settings: Default::default(),
-        })) else {
-            panic!("hub created");
-        };
-        hub
+        tributary_controller::state::test_create_hub(state, 1, 3)
     }
 
     /// What each of nodes 1..=4 would initialize partition 0 of hub "h" with.
