@@ -49,8 +49,9 @@ const PREALLOCATE_BYTES: u64 = 8 * 1024 * 1024;
 /// Reserved blocks are still "unwritten" to the filesystem (ext4, XFS): the first fdatasync
 /// after data lands in them commits their conversion through the journal, which costs as
 /// much as the data flush again or more. A record that reaches past the blocks already
-/// written (and is smaller than [`ZERO_AHEAD_RECORD_MAX`]) therefore writes zeros after itself, at least this many bytes and at least
-/// [`ZERO_AHEAD_RECORDS`] times its own size: the next fsync converts them all at once, and
+/// written (and is smaller than [`ZERO_AHEAD_RECORD_MAX`]) therefore writes zeros after
+/// itself, at least this many bytes and at least [`ZERO_AHEAD_RECORDS`] times its own
+/// size: the next fsync converts them all at once, and
 /// the fsyncs of the records that follow within them flush data alone. Measured on this
 /// project's ext4 test machine: 4 KiB write + fdatasync 0.36-0.42 ms into reserved blocks,
 /// 0.20-0.29 ms into written ones; 1 MiB blocks with `dd oflag=dsync` 411 MB/s into reserved
@@ -750,6 +751,8 @@ fn write_record(
         header[4..8].copy_from_slice(&crc.to_le_bytes());
         header
     };
+    // At most 1 MiB with every referenced entry at least 4 KiB: about 512 slices, within
+    // IOV_MAX for the single write.
     if payload_len + RECORD_HEADER_BYTES <= STREAM_PIECE_BYTES {
         let mut crc = crc32fast::Hasher::new();
         for slice in payload_slices(buf, pieces) {
