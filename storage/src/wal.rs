@@ -751,25 +751,22 @@ fn write_record(
         header[4..8].copy_from_slice(&crc.to_le_bytes());
         header
     };
+    // The header's bytes apart from the payload's, so both can be borrowed at once.
+    let (head, after_head) = buf.split_at_mut(RECORD_HEADER_BYTES);
+    let payload = payload_slices(after_head, pieces);
+    let mut crc = crc32fast::Hasher::new();
     // At most 1 MiB with every referenced entry at least 4 KiB: about 512 slices, within
     // IOV_MAX for the single write.
     if payload_len + RECORD_HEADER_BYTES <= STREAM_PIECE_BYTES {
-        let mut crc = crc32fast::Hasher::new();
-        for slice in payload_slices(buf, pieces) {
+        for slice in &payload {
             crc.update(slice);
         }
-        buf[..RECORD_HEADER_BYTES].copy_from_slice(&header(crc.finalize()));
-        let mut all = vec![std::io::IoSlice::new(&buf[..RECORD_HEADER_BYTES])];
-        all.extend(
-            payload_slices(buf, pieces)
-                .into_iter()
-                .map(std::io::IoSlice::new),
-        );
+        head.copy_from_slice(&header(crc.finalize()));
+        let mut all = vec![std::io::IoSlice::new(head)];
+        all.extend(payload.into_iter().map(std::io::IoSlice::new));
         return write_all_vectored_at(file, &mut all, at);
     }
-    let mut crc = crc32fast::Hasher::new();
     let mut offset = at + RECORD_HEADER_BYTES as u64;
-    let payload = payload_slices(buf, pieces);
     let mut rest = &payload[..];
     while !rest.is_empty() {
         // Slices up to about STREAM_PIECE_BYTES (and the system's limit on their number).
@@ -794,16 +791,17 @@ fn write_record(
     file.write_all_at(&header(crc.finalize()), at)
 }
 
-/// A record's payload as slices in order (its header's bytes left out): `buf` up to each
-/// piece's position, then the piece's entry.
-fn payload_slices<'a>(buf: &'a [u8], pieces: &'a [(usize, Option<Bytes>)]) -> Vec<&'a [u8]> {
+/// A record's payload as slices in order: `payload` (the record's buffer after its header)
+/// up to each piece's position (counted in the whole buffer), then the piece's entry.
+fn payload_slices<'a>(payload: &'a [u8], pieces: &'a [(usize, Option<Bytes>)]) -> Vec<&'a [u8]> {
     let mut slices = Vec::with_capacity(pieces.len() * 2);
-    let mut from = RECORD_HEADER_BYTES;
+    let mut from = 0;
     for (to, entry) in pieces {
-        if *to > from {
-            slices.push(&buf[from..*to]);
+        let to = to - RECORD_HEADER_BYTES;
+        if to > from {
+            slices.push(&payload[from..to]);
         }
-        from = *to;
+        from = to;
         if let Some(entry) = entry {
             slices.push(&entry[..]);
         }
